@@ -1,0 +1,80 @@
+"""The exception tree, in one place.
+
+    ShopsimError                      base: every error the library raises on purpose
+    ├── ConfigError                   bad YAML / config values; message says which key and how to fix
+    │   ├── FingerprintMismatch       same experiment name, different semantics (carries a field diff)
+    │   └── TestSplitGuard            test split without --allow-test, or test split with skills
+    ├── WarehouseError                on-disk warehouse problems (unknown table, bad run id, newer schema)
+    │   └── WarehouseLockedError      another writer holds the lock
+    ├── ModelError                    chat-completions server problems
+    │   ├── ModelHTTPError            non-retryable HTTP status (400/401/403/404/422): fix the request/config
+    │   └── ModelUnavailable          retries exhausted (connection errors, 408/429/5xx)
+    ├── EnvironmentError_             shop environment server problems
+    │   ├── EnvProtocolError          server answered something the protocol does not allow
+    │   └── ObservationVersionError   observation_version this client does not know
+    └── IngestError                   a whole input could not be read (record-level problems become rows)
+"""
+
+from __future__ import annotations
+
+
+class ShopsimError(Exception):
+    """Base class."""
+
+
+class ConfigError(ShopsimError):
+    pass
+
+
+class FingerprintMismatch(ConfigError):
+    def __init__(self, experiment: str, diff: dict[str, tuple[object, object]]):
+        self.experiment = experiment
+        self.diff = diff
+        lines = [f"  {k}: stored={a!r} new={b!r}" for k, (a, b) in sorted(diff.items())]
+        super().__init__(
+            f"experiment {experiment!r} already exists in this warehouse with a different fingerprint:\n"
+            + "\n".join(lines)
+            + "\nUse a new experiment.name for a different setup (concurrency and output location may change freely)."
+        )
+
+
+class TestSplitGuard(ConfigError):
+    __test__ = False  # not a pytest class
+
+
+class WarehouseError(ShopsimError):
+    pass
+
+
+class WarehouseLockedError(WarehouseError):
+    pass
+
+
+class ModelError(ShopsimError):
+    pass
+
+
+class ModelHTTPError(ModelError):
+    def __init__(self, status: int, message: str, hint: str):
+        self.status = status
+        super().__init__(f"model server answered HTTP {status}: {message}\n{hint}")
+
+
+class ModelUnavailable(ModelError):
+    pass
+
+
+class EnvironmentError_(ShopsimError):
+    pass
+
+
+class EnvProtocolError(EnvironmentError_):
+    pass
+
+
+class ObservationVersionError(EnvironmentError_):
+    pass
+
+
+class IngestError(ShopsimError):
+    pass

@@ -1,0 +1,317 @@
+"""The warehouse on disk: Hive-partitioned Parquet plus a snapshot log that makes commits atomic.
+
+Layout::
+
+    <root>/
+      _catalog/CURRENT              # number of the current snapshot (atomically replaced)
+      _catalog/snapshot-000042.json # every committed file, per table
+      _catalog/LOCK                 # one writer at a time (flock)
+      _staging/                     # files being written; never inside a table directory
+      episodes/run_id=<id>/part-<batch>.parquet
+      steps/run_id=<id>/...
+
+Commit protocol (``Writer.commit``): each Parquet file is written under ``_staging/``, fsynced and
+renamed into its table directory; then a new snapshot listing the previous files plus the new ones
+is written to a temporary name, fsynced and renamed; finally ``CURRENT`` is replaced the same way.
+Readers (:func:`shopsim_wh.db.connect`) build their views from the snapshot named by ``CURRENT``,
+never from a glob, so they see whole batches or nothing, and files written by a crashed commit are
+invisible (``vacuum`` removes them). Compaction writes the merged files, commits a snapshot that
+swaps them in, and leaves the replaced files on disk for ``grace_s`` seconds so readers that
+opened the previous snapshot finish their queries.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import WarehouseError, WarehouseLockedError
+from .schema import PARTITION_KEY, SCHEMA_VERSION, TABLES
+
+SNAPSHOT_FORMAT = "shopsim-wh-snapshot-v1"
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+ZSTD_LEVEL = 3
+ROW_GROUP_TARGET_BYTES = 32 * 1024 * 1024
+COMPACT_FILE_TARGET_BYTES = 256 * 1024 * 1024  # uncompressed bytes per compacted file
+
+
+def default_root(explicit: str | os.PathLike | None = None, config_value: str | None = None) -> Path:
+    """--warehouse, else the config's output.warehouse, else $SHOPSIM_WH_HOME, else ./warehouse."""
+    for candidate in (explicit, config_value, os.environ.get("SHOPSIM_WH_HOME")):
+        if candidate:
+            return Path(candidate)
+    return Path("warehouse")
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID_RE.match(run_id):
+        raise WarehouseError(
+            f"run id {run_id!r} is not usable as a partition name; use letters, digits, '.', '_' or '-' "
+            "(at most 128 characters, not starting with '.', '_' or '-')"
+        )
+    return run_id
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+@dataclass
+class FileEntry:
+    path: str  # relative to the warehouse root, '/'-separated
+    run_id: str
+    rows: int
+    bytes: int
+    compacted: bool = False
+
+    def as_json(self) -> dict:
+        return {"path": self.path, "run_id": self.run_id, "rows": self.rows, "bytes": self.bytes,
+                "compacted": self.compacted}
+
+
+@dataclass
+class Snapshot:
+    version: int = 0
+    tables: dict[str, list[FileEntry]] = field(default_factory=dict)
+    pending_delete: list[dict] = field(default_factory=list)  # {"path", "since"}
+    committed_at: float = 0.0
+
+    def files(self, table: str, run_id: str | None = None) -> list[FileEntry]:
+        entries = self.tables.get(table, [])
+        return [e for e in entries if run_id is None or e.run_id == run_id]
+
+    def run_ids(self) -> set[str]:
+        return {e.run_id for entries in self.tables.values() for e in entries}
+
+    def to_json(self) -> bytes:
+        doc = {
+            "format": SNAPSHOT_FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "version": self.version,
+            "committed_at": self.committed_at,
+            "tables": {t: [e.as_json() for e in es] for t, es in sorted(self.tables.items())},
+            "pending_delete": self.pending_delete,
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Snapshot:
+        doc = json.loads(data)
+        if doc.get("format") != SNAPSHOT_FORMAT:
+            raise WarehouseError(f"unknown snapshot format {doc.get('format')!r}; upgrade shopsim-wh")
+        if doc.get("schema_version", 0) > SCHEMA_VERSION:
+            raise WarehouseError(
+                f"warehouse schema version {doc['schema_version']} is newer than this shopsim-wh "
+                f"({SCHEMA_VERSION}); upgrade shopsim-wh to read it"
+            )
+        tables = {t: [FileEntry(**e) for e in es] for t, es in doc["tables"].items()}
+        return cls(doc["version"], tables, doc.get("pending_delete", []), doc.get("committed_at", 0.0))
+
+
+class Warehouse:
+    """A warehouse root. Cheap to construct; reading never takes the lock."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.catalog_dir = self.root / "_catalog"
+        self.staging_dir = self.root / "_staging"
+
+    def exists(self) -> bool:
+        return (self.catalog_dir / "CURRENT").exists()
+
+    def snapshot(self) -> Snapshot:
+        current = self.catalog_dir / "CURRENT"
+        # CURRENT and the snapshot it names can be swapped between our two reads; retry.
+        for _ in range(20):
+            try:
+                n = int(current.read_text().strip())
+            except FileNotFoundError:
+                return Snapshot()
+            try:
+                return Snapshot.from_json((self.catalog_dir / f"snapshot-{n:06d}.json").read_bytes())
+            except FileNotFoundError:
+                time.sleep(0.01)
+        raise WarehouseError(f"cannot read a consistent snapshot under {self.catalog_dir}")
+
+    def abspath(self, entry: FileEntry) -> Path:
+        return self.root / entry.path
+
+    @contextmanager
+    def writer(self, timeout_s: float = 30.0, grace_s: float = 300.0) -> Iterator[Writer]:
+        self.catalog_dir.mkdir(parents=True, exist_ok=True)
+        self.staging_dir.mkdir(parents=True, exist_ok=True)
+        lock_path = self.catalog_dir / "LOCK"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+                    os.close(fd)
+                    raise WarehouseLockedError(
+                        f"warehouse {self.root} is locked by another writer ({holder or 'unknown'}); "
+                        "wait for it to finish or use another --warehouse"
+                    ) from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        try:
+            w = Writer(self, grace_s)
+            w.vacuum()
+            yield w
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+class Writer:
+    """Holds the warehouse lock; every commit is atomic for readers."""
+
+    def __init__(self, wh: Warehouse, grace_s: float):
+        self.wh = wh
+        self.grace_s = grace_s
+        self.snap = wh.snapshot()
+
+    # -- writing files -------------------------------------------------------------------------
+    def _write_file(self, table: str, run_id: str, data: pa.Table, compacted: bool = False) -> FileEntry:
+        rel_dir = f"{table}/{PARTITION_KEY}={run_id}"
+        name = f"part-{time.time_ns():x}-{uuid.uuid4().hex[:8]}.parquet"
+        staged = self.wh.staging_dir / name
+        nbytes = max(1, data.nbytes)
+        rows_per_group = max(1024, int(data.num_rows * ROW_GROUP_TARGET_BYTES / nbytes))
+        pq.write_table(
+            data, staged, compression="zstd", compression_level=ZSTD_LEVEL, row_group_size=rows_per_group,
+            write_statistics=True, use_dictionary=True,
+        )
+        with open(staged, "rb+") as f:
+            os.fsync(f.fileno())
+        final_dir = self.wh.root / rel_dir
+        final_dir.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, final_dir / name)
+        _fsync_dir(final_dir)
+        return FileEntry(f"{rel_dir}/{name}", run_id, data.num_rows, (final_dir / name).stat().st_size, compacted)
+
+    def _publish(self, snap: Snapshot) -> None:
+        snap.version = self.snap.version + 1
+        snap.committed_at = time.time()
+        cat = self.wh.catalog_dir
+        _atomic_write_bytes(cat / f"snapshot-{snap.version:06d}.json", snap.to_json())
+        _atomic_write_bytes(cat / "CURRENT", str(snap.version).encode())
+        self.snap = snap
+        for old in cat.glob("snapshot-*.json"):  # keep a short history for readers mid-swap
+            if int(old.stem.split("-")[1]) < snap.version - 5:
+                old.unlink(missing_ok=True)
+
+    def commit(self, batches: Iterable[tuple[str, str, pa.Table]], replace_runs: Iterable[str] = ()) -> Snapshot:
+        """Atomically add ``(table, run_id, arrow_table)`` batches; optionally drop whole runs first.
+
+        Tables are cast to their declared schema (a mismatch raises before anything is visible).
+        """
+        staged: dict[str, list[FileEntry]] = {}
+        for table, run_id, data in batches:
+            if table not in TABLES:
+                raise WarehouseError(f"unknown table {table!r}; known: {', '.join(TABLES)}")
+            check_run_id(run_id)
+            if data.num_rows == 0:
+                continue
+            data = data.select(TABLES[table].column_names).cast(TABLES[table].arrow_schema)
+            staged.setdefault(table, []).append(self._write_file(table, run_id, data))
+        replace = set(replace_runs)
+        new = Snapshot(tables={}, pending_delete=list(self.snap.pending_delete))
+        now = time.time()
+        for table, entries in self.snap.tables.items():
+            keep = [e for e in entries if e.run_id not in replace]
+            new.pending_delete += [{"path": e.path, "since": now} for e in entries if e.run_id in replace]
+            new.tables[table] = keep
+        for table, entries in staged.items():
+            new.tables.setdefault(table, []).extend(entries)
+        self._publish(new)
+        return new
+
+    # -- compaction and cleanup ----------------------------------------------------------------
+    def compact(self, run_id: str, min_files: int = 2) -> int:
+        """Merge a run's files per table into few large sorted files; returns files replaced."""
+        replaced: dict[str, list[FileEntry]] = {}
+        written: dict[str, list[FileEntry]] = {}
+        for table, spec in TABLES.items():
+            entries = self.snap.files(table, run_id)
+            if len(entries) < min_files:
+                continue
+            data = pa.concat_tables(
+                [pq.read_table(self.wh.abspath(e), schema=spec.arrow_schema) for e in entries],
+                promote_options="permissive",
+            )
+            if spec.sort_key:
+                data = data.sort_by([(k, "ascending") for k in spec.sort_key])
+            n_files = max(1, -(-data.nbytes // COMPACT_FILE_TARGET_BYTES))
+            step = -(-data.num_rows // n_files)
+            written[table] = [
+                self._write_file(table, run_id, data.slice(i, step), compacted=True)
+                for i in range(0, data.num_rows, step)
+            ]
+            replaced[table] = entries
+        if not replaced:
+            return 0
+        now = time.time()
+        new = Snapshot(tables={}, pending_delete=list(self.snap.pending_delete))
+        for table, entries in self.snap.tables.items():
+            gone = {e.path for e in replaced.get(table, [])}
+            new.tables[table] = [e for e in entries if e.path not in gone] + written.get(table, [])
+            new.pending_delete += [{"path": p, "since": now} for p in sorted(gone)]
+        self._publish(new)
+        return sum(len(v) for v in replaced.values())
+
+    def vacuum(self, force: bool = False) -> int:
+        """Delete replaced files past the grace period, plus orphans left by crashed commits."""
+        now = time.time()
+        keep_pending, removed = [], 0
+        for item in self.snap.pending_delete:
+            if force or now - item["since"] >= self.grace_s:
+                (self.wh.root / item["path"]).unlink(missing_ok=True)
+                removed += 1
+            else:
+                keep_pending.append(item)
+        for f in self.wh.staging_dir.glob("*"):
+            if force or now - f.stat().st_mtime >= self.grace_s:
+                f.unlink(missing_ok=True)
+        live = {e.path for es in self.snap.tables.values() for e in es} | {i["path"] for i in keep_pending}
+        for table in TABLES:
+            tdir = self.wh.root / table
+            if not tdir.is_dir():
+                continue
+            for f in tdir.glob("*/*.parquet"):
+                rel = f.relative_to(self.wh.root).as_posix()
+                if rel not in live and (force or now - f.stat().st_mtime >= self.grace_s):
+                    f.unlink(missing_ok=True)
+                    removed += 1
+        if len(keep_pending) != len(self.snap.pending_delete):
+            self._publish(Snapshot(tables=dict(self.snap.tables), pending_delete=keep_pending))
+        return removed
