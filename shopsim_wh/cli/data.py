@@ -1,0 +1,68 @@
+"""`sql`, `tables`: query the warehouse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..db import connect, view_names
+from ..summary import render, run_query
+from ..warehouse import Warehouse, default_root
+from .options import FormatOpt, WarehouseOpt
+
+
+def _open(warehouse: str | None):
+    root = default_root(warehouse)
+    if not Warehouse(root).exists():
+        raise typer.BadParameter(f"no warehouse at {root}; pass --warehouse DIR or create one with `shopsim-wh run CONFIG`")
+    return connect(root)
+
+
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL over the warehouse views (see `shopsim-wh tables`).")],
+    warehouse: WarehouseOpt = None,
+    fmt: FormatOpt = "table",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
+    param: Annotated[list[str], typer.Option("--param", "-p", help="Bind a named parameter: -p name=value, used as $name.")] = [],  # noqa: B006
+) -> None:
+    """Run a SQL query; values given with -p are bound as parameters, never pasted into the SQL."""
+    con = _open(warehouse)
+    params = dict(p.split("=", 1) for p in param)
+    if fmt == "parquet":
+        if out is None:
+            raise typer.BadParameter("--format parquet needs --out FILE")
+        import pyarrow.parquet as pq
+
+        table = con.execute(query, params).arrow()
+        pq.write_table(table, out, compression="zstd")
+        typer.echo(f"wrote {table.num_rows} rows to {out}")
+        return
+    if fmt not in {"table", "csv", "json"}:
+        raise typer.BadParameter(f"unknown format {fmt!r}; use table, csv, json or parquet")
+    text = render(run_query(con, query, params), fmt)
+    if out:
+        out.write_text(text + "\n")
+        typer.echo(f"wrote {out}")
+    else:
+        typer.echo(text)
+
+
+def tables(warehouse: WarehouseOpt = None) -> None:
+    """List tables and views with row counts."""
+    con = _open(warehouse)
+    for name, kind in view_names(con):
+        label = "table" if kind == "BASE TABLE" else "view"
+        if name.startswith("stg_"):
+            continue
+        try:
+            n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
+        except Exception:  # table macros and parameterised views have no plain count
+            n = "-"
+        typer.echo(f"{name:32} {label:5} {n}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(sql)
+    app.command()(tables)

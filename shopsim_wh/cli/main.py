@@ -1,0 +1,28 @@
+"""`shopsim-wh` entry point: registers the verbs and turns library errors into one clear line."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ..errors import ShopsimError
+from . import data, rollout, sim
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Columnar trace warehouse with SQL analytics for LLM-agent rollouts.")
+rollout.register(app)
+data.register(app)
+app.add_typer(sim.app, name="sim", help="The embedded ShopSimulator-compatible server and scripted policy.")
+
+
+def main() -> None:
+    try:
+        app()
+    except ShopsimError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

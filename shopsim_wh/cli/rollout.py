@@ -1,0 +1,99 @@
+"""`plan`, `run`, `summarize`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from .. import runner
+from ..config import load_config
+from ..db import connect
+from ..summary import format_summary, summarize
+from ..warehouse import Warehouse, default_root
+from .options import ConfigArg, WarehouseOpt
+
+
+def plan(config: ConfigArg) -> None:
+    """Validate a config and show what `run` would do, without calling any server."""
+    cfg = load_config(config)
+    runner.check_config_usable(cfg)
+    p = runner.plan(cfg)
+    first = ", ".join(str(j.task_id) for j in p.jobs[:8])
+    typer.echo(f"experiment     {p.run_id}")
+    typer.echo(f"episodes       {len(p.jobs)} ({cfg.tasks.split}: {len({j.task_id for j in p.jobs})} tasks x {cfg.tasks.repeats} repeats)")
+    typer.echo(f"first tasks    {first}{' ...' if len(p.jobs) > 8 else ''}")
+    typer.echo(f"split manifest {p.manifest.version} ({p.manifest.content_hash[:16]})")
+    typer.echo(f"model          {cfg.model.name} @ {cfg.model.base_url} (checkpoint {cfg.model.checkpoint_id})")
+    typer.echo(f"environment    {cfg.environment.url} ({cfg.environment.dialect})")
+    typer.echo(f"prompt         {p.prompts.version} hash {p.prompts.prompt_hash}")
+    typer.echo(f"skills         {p.fingerprint_fields['skill_bank_hash'] or 'none'} (mask rate {cfg.skills.mask_rate})")
+    typer.echo(f"fingerprint    {p.fingerprint}")
+
+
+def run(
+    config: ConfigArg,
+    warehouse: WarehouseOpt = None,
+    concurrency: Annotated[int | None, typer.Option(help="Episodes in flight (overrides runtime.concurrency).")] = None,
+    allow_test: Annotated[bool, typer.Option("--allow-test", help="Allow the test split (recorded on the run).")] = False,
+) -> None:
+    """Run (or resume) an experiment and land every step in the warehouse."""
+    cfg = load_config(config)
+    runner.check_config_usable(cfg)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), transient=False) as bar:
+        task = bar.add_task(cfg.experiment.name, total=None, stats="")
+        counts = {"ok": 0, "failed": 0, "reward": 0.0}
+
+        def on_start(todo: int, skipped: int) -> None:
+            bar.update(task, total=todo)
+            if skipped:
+                bar.console.print(f"resuming: {skipped} episode(s) already completed are skipped")
+
+        def progress(rec) -> None:
+            if rec.completed:
+                counts["ok"] += 1
+                counts["reward"] += rec.episode.get("reward") or 0.0
+            else:
+                counts["failed"] += 1
+            mean = counts["reward"] / counts["ok"] if counts["ok"] else 0.0
+            bar.update(task, advance=1, stats=f"reward {mean:.3f} failed {counts['failed']}")
+
+        result = runner.run(cfg, warehouse, concurrency, allow_test, progress=progress, on_start=on_start)
+    root = default_root(warehouse, cfg.output.warehouse)
+    typer.echo(f"\n{result.attempted} episode(s) run in {result.seconds:.1f} s "
+               f"({result.completed} completed, {result.failed} failed, {result.skipped} skipped as already done) "
+               f"-> warehouse {root}")
+    for line in result.failures[:5]:
+        typer.secho(f"  failed {line}", fg="yellow")
+    if result.fatal:
+        typer.secho(f"run stopped early: {result.fatal}", fg="red", err=True)
+        raise typer.Exit(1)
+    if result.failed:
+        typer.echo("  failed episodes are kept in `failures`; run the same command again to retry them")
+    typer.echo(format_summary(summarize(connect(root), cfg.experiment.name)))
+
+
+def summarize_cmd(
+    warehouse: WarehouseOpt = None,
+    experiment: Annotated[str | None, typer.Option(help="Only this experiment (or run id).")] = None,
+) -> None:
+    """Coverage, failures, reward mean and SEM, r_* means, steps, error rates, tokens and time per run."""
+    root = default_root(warehouse)
+    if not Warehouse(root).exists():
+        raise typer.BadParameter(f"no warehouse at {root}; pass --warehouse or run `shopsim-wh run CONFIG` first")
+    typer.echo(format_summary(summarize(connect(root), experiment)))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(plan)
+    app.command()(run)
+    app.command("summarize")(summarize_cmd)

@@ -1,0 +1,133 @@
+"""Experiment config: YAML → pydantic models (unknown keys are errors).
+
+The keys below are the public contract (docs/config.md is generated from these models).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError
+
+EMBEDDED = "embedded"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Experiment(_Strict):
+    name: str = Field(description="Experiment name; also the warehouse run_id. Letters, digits, '.', '_', '-'.")
+    seed: int = Field(0, description="Experiment seed: episode seeds are stable hashes of it, the task id and the sample id.")
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", v):
+            raise ValueError("use letters, digits, '.', '_' or '-' (it names a warehouse partition)")
+        return v
+
+
+class Tasks(_Strict):
+    split_manifest: str | None = Field(None, description="Path to a split manifest JSON; null = the embedded simulator's frozen manifest.")
+    split: Literal["train", "val", "test"] = Field("val", description="Which split to sample tasks from.")
+    sample_size: int | None = Field(None, ge=1, description="Number of tasks drawn (deterministically, seeded) from the split; null = all.")
+    repeats: int = Field(1, ge=1, description="Independent samples per task (sample_id 0..repeats-1).")
+
+
+class Sampling(_Strict):
+    temperature: float = Field(0.6, ge=0.0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling.")
+    max_tokens: int = Field(4096, ge=1, description="Per-call generation limit; hitting it without a tool call ends the episode (`generation_length`).")
+
+
+class Model(_Strict):
+    name: str = Field(description="Model name sent to the server (`scripted-strong`, `scripted-noisy` on the embedded policy).")
+    base_url: str = Field(EMBEDDED, description="OpenAI-compatible base URL ending in /v1, or `embedded` for the in-process scripted policy.")
+    api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key (the key itself is never stored).")
+    checkpoint_id: str | None = Field(None, description="Weights identity; recorded in the fingerprint, never sent to the API.")
+    sampling: Sampling = Field(default_factory=Sampling)
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra JSON merged into every request (e.g. `chat_template_kwargs`).")
+    trust_env: bool = Field(False, description="Let httpx use proxy environment variables (true for remote APIs behind a proxy).")
+    timeout_s: float = Field(120.0, gt=0, description="Per-request timeout.")
+    max_retries: int = Field(5, ge=0, description="Retries on connection errors, 408, 429 and retryable 5xx.")
+
+
+class Environment(_Strict):
+    url: str = Field(EMBEDDED, description="Environment server base URL, or `embedded` for the in-process simulator.")
+    dialect: Literal["canonical", "legacy"] = Field("canonical", description="`canonical` (/v1/sessions) or `legacy` (POST /api/shop_agent).")
+    seed: int = Field(0, description="Embedded simulator: catalog seed.")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout.")
+    trust_env: bool = Field(False, description="Let httpx use proxy environment variables.")
+
+
+class Skills(_Strict):
+    path: str | None = Field(None, description="JSON skill bank; null = no skills (required for the test split).")
+    mask_rate: float = Field(0.0, ge=0.0, lt=1.0, description="Seeded probability of leaving each skill out of an episode (masked rollouts for the gate).")
+
+
+class Runtime(_Strict):
+    action_limit: int = Field(15, ge=1, description="Actions per episode; protocol errors consume it too.")
+    concurrency: int = Field(8, ge=1, description="Episodes in flight (execution parameter: not in the fingerprint).")
+
+
+class Output(_Strict):
+    warehouse: str | None = Field(None, description="Warehouse directory (relative to the working directory); else $SHOPSIM_WH_HOME, else ./warehouse.")
+
+
+class Config(_Strict):
+    experiment: Experiment
+    tasks: Tasks = Field(default_factory=Tasks)
+    model: Model
+    environment: Environment = Field(default_factory=Environment)
+    skills: Skills = Field(default_factory=Skills)
+    runtime: Runtime = Field(default_factory=Runtime)
+    output: Output = Field(default_factory=Output)
+    prompt_template: str | None = Field(None, description="Path to a system prompt template; null = the built-in one.")
+
+    def api_key(self) -> str | None:
+        """Read the key from the named variable at call time; it is never stored on the model."""
+        if not self.model.api_key_env:
+            return None
+        key = os.environ.get(self.model.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"model.api_key_env names {self.model.api_key_env!r} but that environment variable is empty; "
+                f"export {self.model.api_key_env}=... or set model.api_key_env: null for servers without auth"
+            )
+        return key
+
+
+def _resolve(base: Path, value: str | None) -> str | None:
+    if value is None or value == EMBEDDED:
+        return value
+    p = Path(value)
+    return str(p if p.is_absolute() else (base / p))
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as exc:
+        msgs = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError(f"{path} has invalid settings:\n" + "\n".join(msgs)) from None
+    base = path.resolve().parent
+    cfg.tasks.split_manifest = _resolve(base, cfg.tasks.split_manifest)
+    cfg.skills.path = _resolve(base, cfg.skills.path)
+    cfg.prompt_template = _resolve(base, cfg.prompt_template)
+    return cfg

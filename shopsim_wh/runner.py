@@ -1,0 +1,304 @@
+"""Evaluator: config → plan (jobs + fingerprint) → concurrent episodes → batched atomic commits.
+
+* ``plan(cfg)`` validates everything without calling any server.
+* ``run(cfg, ...)`` refuses a fingerprint change under an existing experiment name, guards the test
+  split, skips exactly the episodes already completed with ``done`` and re-runs failed ones (as a new
+  ``attempt``), runs episodes with asyncio concurrency and commits finished episodes in group
+  commits (whatever finished while the previous commit was being written), so a crash loses at most
+  the episodes in flight. A finished run's files are compacted into few large ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from . import __version__
+from .config import EMBEDDED, Config
+from .environment import CanonicalEnvironment, LegacyEnvironment
+from .errors import ConfigError, FingerprintMismatch, TestSplitGuard
+from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
+from .model import ChatModel
+from .prompts import PromptBuilder
+from .runtime import AgentRuntime, EpisodeRecord
+from .schema import to_arrow
+from .skills import SkillProvider, load_skills
+from .warehouse import Warehouse, Writer
+
+SOURCE_FORMAT = "shopsim-wh-runner"
+COMPACT_EVERY_FILES = 64
+
+
+@dataclass
+class Plan:
+    cfg: Config
+    manifest: SplitManifest
+    jobs: list[EpisodeJob]
+    prompts: PromptBuilder
+    skills: SkillProvider
+    fingerprint_fields: dict[str, Any]
+
+    @property
+    def fingerprint(self) -> str:
+        return sha256_json(self.fingerprint_fields)[:32]
+
+    @property
+    def run_id(self) -> str:
+        return self.cfg.experiment.name
+
+
+def plan(cfg: Config) -> Plan:
+    """Everything `run` will do, decided without touching a server."""
+    if cfg.tasks.split == "test" and cfg.skills.path is not None:
+        raise TestSplitGuard("a test-split run must have skills.path: null (test results never depend on a skill bank)")
+    manifest = load_split_manifest(cfg.tasks.split_manifest)
+    jobs = build_jobs(manifest, cfg.tasks.split, cfg.tasks.sample_size, cfg.tasks.repeats, cfg.experiment.seed)
+    prompts = PromptBuilder(cfg.prompt_template)
+    skills = load_skills(cfg.skills.path, cfg.skills.mask_rate)
+    env = cfg.environment
+    fields = {
+        "job_list_hash": sha256_json([j.as_dict() for j in jobs]),
+        "experiment_seed": cfg.experiment.seed,
+        "split": cfg.tasks.split,
+        "split_manifest_version": manifest.version,
+        "split_manifest_hash": manifest.content_hash,
+        "model_name": cfg.model.name,
+        "checkpoint_id": cfg.model.checkpoint_id,
+        "sampling": cfg.model.sampling.model_dump(),
+        "extra_body": cfg.model.extra_body,
+        "environment_mode": f"embedded(seed={env.seed})" if env.url == EMBEDDED else "remote",
+        "environment_dialect": env.dialect,
+        "prompt_version": prompts.version,
+        "prompt_hash": prompts.prompt_hash,
+        "skill_bank_hash": skills.identity(),
+        "skills_mask_rate": cfg.skills.mask_rate,
+        "action_limit": cfg.runtime.action_limit,
+    }
+    return Plan(cfg, manifest, jobs, prompts, skills, fields)
+
+
+def make_clients(cfg: Config) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
+    """The one HTTP seam: real URLs get network clients, `embedded` gets the in-process ASGI app."""
+    app = None
+    if EMBEDDED in (cfg.model.base_url, cfg.environment.url):
+        from .sim.server import create_app
+
+        app = create_app(seed=cfg.environment.seed, capacity=max(256, cfg.runtime.concurrency * 2))
+    n = cfg.runtime.concurrency * 2
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+
+    def client(url: str, embedded_base: str, timeout: float, trust_env: bool, headers: dict) -> httpx.AsyncClient:
+        if url == EMBEDDED:
+            return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=embedded_base,
+                                     timeout=timeout, headers=headers)
+        return httpx.AsyncClient(base_url=url, timeout=timeout, trust_env=trust_env, limits=limits, headers=headers)
+
+    key = cfg.api_key()
+    model_headers = {"Authorization": f"Bearer {key}"} if key else {}
+    m, e = cfg.model, cfg.environment
+    return (client(m.base_url, "http://embedded/v1", m.timeout_s, m.trust_env, model_headers),
+            client(e.url, "http://embedded", e.timeout_s, e.trust_env, {}))
+
+
+def config_json(cfg: Config) -> str:
+    """The resolved config as stored in `runs.config`: secrets never included (only the variable name)."""
+    return json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    planned: int
+    skipped: int
+    attempted: int = 0
+    completed: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    fatal: str | None = None
+    failures: list[str] = field(default_factory=list)
+
+
+def _diff(stored: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+    return {k: (stored.get(k), new.get(k)) for k in sorted(set(stored) | set(new)) if stored.get(k) != new.get(k)}
+
+
+def _existing_state(wh: Warehouse, run_id: str) -> tuple[dict | None, set[str], dict[str, int]]:
+    """(stored fingerprint fields, completed episode ids, last attempt per episode) for a run."""
+    if not wh.exists():
+        return None, set(), {}
+    from .db import connect
+
+    con = connect(wh.root)
+    row = con.execute("SELECT fingerprint_fields FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    done = {r[0] for r in con.execute(
+        "SELECT episode_id FROM episodes WHERE run_id = ? AND status = 'completed' AND done", [run_id]).fetchall()}
+    attempts = dict(con.execute(
+        "SELECT episode_id, max(attempt) FROM episode_attempts WHERE run_id = ? GROUP BY 1", [run_id]).fetchall())
+    con.close()
+    return (json.loads(row[0]) if row else None), done, attempts
+
+
+def _record_batches(run_id: str, experiment: str, load_id: str, attempt: int, rec: EpisodeRecord) -> list[tuple[str, str, Any]]:
+    key = {"episode_id": rec.job.episode_id, "attempt": attempt, "load_id": load_id}
+    ep = {**rec.episode, **key, "experiment": experiment, "source_format": SOURCE_FORMAT}
+    rows: dict[str, list[dict]] = {
+        "episodes": [ep],
+        "agents": [{**key, "agent_id": "main", "agent_role": "main", "depth": 0,
+                    "model": next((s["model"] for s in rec.steps if s.get("model")), None)}],
+        "steps": [{**s, **key} for s in rec.steps],
+        "actions": [{**a, **key} for a in rec.actions],
+        "observations": [{**o, **key} for o in rec.observations],
+        "messages": [{**m, **key, "agent_id": "main"} for m in rec.messages],
+        "skills_selected": [{**s, **key} for s in rec.skills],
+        "tools": [{**t, "episode_id": rec.job.episode_id, "load_id": load_id} for t in rec.tools.values()],
+    }
+    if rec.failure:
+        rows["failures"] = [{**rec.failure, **key}]
+    return [(t, run_id, to_arrow(t, r)) for t, r in rows.items() if r]
+
+
+class _Committer:
+    """Group commit: while one commit is being written, finished episodes queue for the next."""
+
+    def __init__(self, writer: Writer, plan_: Plan, load_id: str, attempts: dict[str, int]):
+        self.writer, self.plan, self.load_id, self.attempts = writer, plan_, load_id, attempts
+        self.pending: list[EpisodeRecord] = []
+        self.wake = asyncio.Event()
+        self.closed = False
+        self.committed = 0
+
+    def add(self, rec: EpisodeRecord) -> None:
+        self.pending.append(rec)
+        self.wake.set()
+
+    def _commit(self, recs: list[EpisodeRecord]) -> None:
+        batches = []
+        for rec in recs:
+            attempt = self.attempts.get(rec.job.episode_id, 0) + 1
+            self.attempts[rec.job.episode_id] = attempt
+            batches += _record_batches(self.plan.run_id, self.plan.cfg.experiment.name, self.load_id, attempt, rec)
+        self.writer.commit(batches)
+        if len(self.writer.snap.files("steps", self.plan.run_id)) > COMPACT_EVERY_FILES:
+            self.writer.compact(self.plan.run_id)
+
+    async def loop(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            recs, self.pending = self.pending, []
+            if recs:
+                await asyncio.to_thread(self._commit, recs)
+                self.committed += len(recs)
+            if self.closed and not self.pending:
+                return
+
+
+async def _run_async(p: Plan, writer: Writer, todo: list[EpisodeJob], attempts: dict[str, int], load_id: str,
+                     concurrency: int, result: RunResult, progress: Callable[[EpisodeRecord], None] | None) -> None:
+    cfg = p.cfg
+    model_client, env_client = make_clients(cfg)
+    committer = _Committer(writer, p, load_id, attempts)
+    commit_task = asyncio.create_task(committer.loop())
+    sem = asyncio.Semaphore(concurrency)
+    model = ChatModel(model_client, cfg.model.name, temperature=cfg.model.sampling.temperature,
+                      top_p=cfg.model.sampling.top_p, max_tokens=cfg.model.sampling.max_tokens,
+                      extra_body=cfg.model.extra_body, max_retries=cfg.model.max_retries)
+    env_cls = CanonicalEnvironment if cfg.environment.dialect == "canonical" else LegacyEnvironment
+    stop = asyncio.Event()
+
+    async def one(job: EpisodeJob) -> None:
+        async with sem:
+            if stop.is_set():
+                return
+            rt = AgentRuntime(model, env_cls(env_client, cfg.runtime.action_limit), p.prompts, p.skills, cfg.runtime.action_limit)
+            rec = await rt.run(job)
+            committer.add(rec)
+            result.attempted += 1
+            if rec.completed:
+                result.completed += 1
+            else:
+                result.failed += 1
+                if len(result.failures) < 20:
+                    result.failures.append(f"{job.episode_id}: {rec.failure['stage']}: {rec.failure['exception_type']}: "
+                                           f"{rec.failure['message'][:200]}")
+            if rec.fatal is not None and not stop.is_set():
+                result.fatal = str(rec.fatal)
+                stop.set()
+            if progress:
+                progress(rec)
+
+    try:
+        async with model_client, env_client:
+            await asyncio.gather(*(one(j) for j in todo))
+    finally:
+        committer.closed = True
+        committer.wake.set()
+        await commit_task
+
+
+def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = None, allow_test: bool = False,
+        progress: Callable[[EpisodeRecord], None] | None = None, on_start: Callable[[int, int], None] | None = None) -> RunResult:
+    from .warehouse import default_root
+
+    p = plan(cfg)
+    if cfg.tasks.split == "test" and not allow_test:
+        raise TestSplitGuard("tasks.split is 'test': pass --allow-test to run it (checkpoint selection must use train/val only)")
+    wh = Warehouse(default_root(warehouse, cfg.output.warehouse))
+    t0 = time.perf_counter()
+    load_id = f"{p.run_id}.{datetime.now(UTC):%Y%m%dT%H%M%S}.{uuid.uuid4().hex[:6]}"
+    started = datetime.now(UTC)
+    with wh.writer() as writer:
+        stored, done, attempts = _existing_state(wh, p.run_id)
+        if stored is not None and stored != p.fingerprint_fields:
+            raise FingerprintMismatch(p.run_id, _diff(stored, p.fingerprint_fields))
+        if stored is None:
+            writer.commit([("runs", p.run_id, to_arrow("runs", [_runs_row(p, load_id, allow_test)]))])
+        todo = [j for j in p.jobs if j.episode_id not in done]
+        result = RunResult(p.run_id, len(p.jobs), len(p.jobs) - len(todo))
+        if on_start:
+            on_start(len(todo), result.skipped)
+        status = "interrupted"
+        try:
+            asyncio.run(_run_async(p, writer, todo, attempts, load_id, concurrency or cfg.runtime.concurrency, result, progress))
+            status = "complete"
+        finally:
+            writer.commit([("loads", p.run_id, to_arrow("loads", [{
+                "load_id": load_id, "command": "resume" if stored is not None else "run", "started_at": started,
+                "finished_at": datetime.now(UTC), "episodes_written": result.attempted, "status": status,
+                "tool_version": __version__}]))])
+            writer.compact(p.run_id)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _runs_row(p: Plan, load_id: str, allow_test: bool) -> dict:
+    cfg, f = p.cfg, p.fingerprint_fields
+    return {
+        "experiment": cfg.experiment.name, "fingerprint": p.fingerprint, "fingerprint_fields": json.dumps(f, sort_keys=True),
+        "config": config_json(cfg), "created_at": datetime.now(UTC), "source_format": SOURCE_FORMAT,
+        "model_name": cfg.model.name, "checkpoint_id": cfg.model.checkpoint_id, "split": cfg.tasks.split,
+        "split_manifest_version": f["split_manifest_version"], "split_manifest_hash": f["split_manifest_hash"],
+        "prompt_version": f["prompt_version"], "prompt_hash": f["prompt_hash"], "skill_bank_hash": f["skill_bank_hash"],
+        "environment_mode": f["environment_mode"], "environment_dialect": cfg.environment.dialect,
+        "observation_fidelity": "canonical" if cfg.environment.dialect == "canonical" else "parsed_text",
+        "action_limit": cfg.runtime.action_limit, "planned_episodes": len(p.jobs), "allow_test": allow_test,
+        "tool_version": __version__, "load_id": load_id,
+        "provenance": json.dumps({"legacy_range_manifest": p.manifest.legacy_range,
+                                  "model_base_url": cfg.model.base_url, "environment_url": cfg.environment.url}),
+    }
+
+
+def check_config_usable(cfg: Config) -> None:
+    """Cheap checks `plan` does beyond pydantic (used by the CLI before printing the plan)."""
+    if cfg.model.base_url != EMBEDDED and not cfg.model.base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"model.base_url {cfg.model.base_url!r}: use an http(s) URL ending in /v1, or `embedded`")
+    if cfg.environment.url != EMBEDDED and not cfg.environment.url.startswith(("http://", "https://")):
+        raise ConfigError(f"environment.url {cfg.environment.url!r}: use an http(s) URL, or `embedded`")
