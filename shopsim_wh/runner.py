@@ -146,7 +146,7 @@ def _existing_state(wh: Warehouse, run_id: str) -> tuple[dict | None, set[str], 
     return (json.loads(row[0]) if row else None), done, attempts
 
 
-def _record_batches(run_id: str, experiment: str, load_id: str, attempt: int, rec: EpisodeRecord) -> list[tuple[str, str, Any]]:
+def _record_rows(experiment: str, load_id: str, attempt: int, rec: EpisodeRecord) -> dict[str, list[dict]]:
     key = {"episode_id": rec.job.episode_id, "attempt": attempt, "load_id": load_id}
     ep = {**rec.episode, **key, "experiment": experiment, "source_format": SOURCE_FORMAT}
     rows: dict[str, list[dict]] = {
@@ -159,10 +159,9 @@ def _record_batches(run_id: str, experiment: str, load_id: str, attempt: int, re
         "messages": [{**m, **key, "agent_id": "main"} for m in rec.messages],
         "skills_selected": [{**s, **key} for s in rec.skills],
         "tools": [{**t, "episode_id": rec.job.episode_id, "load_id": load_id} for t in rec.tools.values()],
+        "failures": [{**rec.failure, **key}] if rec.failure else [],
     }
-    if rec.failure:
-        rows["failures"] = [{**rec.failure, **key}]
-    return [(t, run_id, to_arrow(t, r)) for t, r in rows.items() if r]
+    return rows
 
 
 class _Committer:
@@ -180,12 +179,13 @@ class _Committer:
         self.wake.set()
 
     def _commit(self, recs: list[EpisodeRecord]) -> None:
-        batches = []
+        by_table: dict[str, list[dict]] = {}
         for rec in recs:
             attempt = self.attempts.get(rec.job.episode_id, 0) + 1
             self.attempts[rec.job.episode_id] = attempt
-            batches += _record_batches(self.plan.run_id, self.plan.cfg.experiment.name, self.load_id, attempt, rec)
-        self.writer.commit(batches)
+            for table, rows in _record_rows(self.plan.cfg.experiment.name, self.load_id, attempt, rec).items():
+                by_table.setdefault(table, []).extend(rows)
+        self.writer.commit([(t, self.plan.run_id, to_arrow(t, rows)) for t, rows in by_table.items() if rows])
         if len(self.writer.snap.files("steps", self.plan.run_id)) > COMPACT_EVERY_FILES:
             self.writer.compact(self.plan.run_id)
 

@@ -19,6 +19,7 @@ The episode is recorded as rows of the warehouse tables (docs/conventions.md) as
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import traceback
@@ -160,6 +161,7 @@ class AgentRuntime:
                     if res.done:
                         final = res
                 step_idx += 1
+                await asyncio.sleep(0)  # yield: in-process transports never suspend on their own
             self._finish(rec, job, task, final, counters, started, t0)
         except Exception as exc:  # infrastructure failure: recorded, never a reward of 0
             self._fail(rec, job, task, stage, exc, counters, started, t0)
