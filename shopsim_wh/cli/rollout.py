@@ -50,11 +50,12 @@ def run(
     runner.check_config_usable(cfg)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
                   TimeElapsedColumn(), TimeRemainingColumn(), transient=False) as bar:
-        task = bar.add_task(cfg.experiment.name, total=None, stats="")
+        task = None
         counts = {"ok": 0, "failed": 0, "reward": 0.0}
 
         def on_start(todo: int, skipped: int) -> None:
-            bar.update(task, total=todo)
+            nonlocal task
+            task = bar.add_task(cfg.experiment.name, total=todo, stats="")
             if skipped:
                 bar.console.print(f"resuming: {skipped} episode(s) already completed are skipped")
 
