@@ -105,3 +105,9 @@ def view_names(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
         "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
     ).fetchall()
     return [(n, t) for n, t in rows]
+
+
+def fetch_arrow(result: duckdb.DuckDBPyConnection) -> pa.Table:
+    """The executed query's result as an Arrow table (DuckDB 2.x `to_arrow_table`, 1.x `fetch_arrow_table`)."""
+    fn = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+    return fn()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..db import connect, view_names
+from ..db import connect, fetch_arrow, view_names
 from ..summary import render, run_query
 from ..warehouse import Warehouse, default_root
 from .options import FormatOpt, WarehouseOpt
@@ -35,7 +35,7 @@ def sql(
             raise typer.BadParameter("--format parquet needs --out FILE")
         import pyarrow.parquet as pq
 
-        table = con.execute(query, params).arrow()
+        table = fetch_arrow(con.execute(query, params))
         pq.write_table(table, out, compression="zstd")
         typer.echo(f"wrote {table.num_rows} rows to {out}")
         return
