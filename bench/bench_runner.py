@@ -16,8 +16,6 @@ import statistics
 import tempfile
 import time
 
-import httpx
-
 from shopsim_wh import runner
 from shopsim_wh.config import Config
 from shopsim_wh.environment import CanonicalEnvironment
