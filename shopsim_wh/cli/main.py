@@ -7,12 +7,14 @@ import sys
 import typer
 
 from ..errors import ShopsimError
-from . import data, rollout, sim
+from . import analytics, data, ingest, rollout, sim
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Columnar trace warehouse with SQL analytics for LLM-agent rollouts.")
 rollout.register(app)
 data.register(app)
+ingest.register(app)
+analytics.register(app)
 app.add_typer(sim.app, name="sim", help="The embedded ShopSimulator-compatible server and scripted policy.")
 
 
