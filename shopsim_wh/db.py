@@ -13,7 +13,9 @@ splices into SQL is file paths and identifiers, through :func:`sql_string` / :fu
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -72,22 +74,48 @@ def staging_sql(wh: Warehouse, snap: Snapshot, table: str) -> str:
     )
 
 
+_DEFINES = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+)?(?:VIEW|MACRO|TABLE)\s+(\w+)", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=4)
+def ordered_sql(root: str) -> tuple[tuple[str, str], ...]:
+    """The shipped SQL files in dependency order: layers in LAYERS order, within a layer a file after every
+    file whose views/macros it names (a topological sort on the names each file defines)."""
+    out: list[tuple[str, str]] = []
+    for layer in LAYERS:
+        files = {f.name: f.read_text() for f in sorted((Path(root) / layer).glob("*.sql"))}
+        code = {name: re.sub(r"--[^\n]*", "", text) for name, text in files.items()}  # names in comments are no deps
+        defines = {name: set(_DEFINES.findall(text)) for name, text in code.items()}
+        deps = {
+            name: {other for other, names in defines.items() if other != name
+                   and any(re.search(rf"\b{re.escape(n)}\b", text) for n in names - defines[name])}
+            for name, text in code.items()
+        }
+        done: set[str] = set()
+        while len(done) < len(files):
+            ready = [n for n in files if n not in done and deps[n] <= done] or [n for n in files if n not in done][:1]
+            for n in ready:
+                out.append((f"{layer}/{n}", files[n]))
+                done.add(n)
+    return tuple(out)
+
+
 def install_views(con: duckdb.DuckDBPyConnection, wh: Warehouse, snap: Snapshot | None = None) -> None:
     snap = snap or wh.snapshot()
     for table in TABLES:
         con.execute(f"CREATE OR REPLACE VIEW {ident('stg_' + table)} AS {staging_sql(wh, snap, table)}")
-    pending = [(f, f.read_text()) for f in sql_files()]
-    while pending:
+    pending = list(ordered_sql(str(sql_dir())))
+    while pending:  # the order is a sort on names found in the text; a retry covers what a regex misses
         failed = []
-        for path, text in pending:
+        for name, text in pending:
             try:
                 con.execute(text)
             except duckdb.CatalogException as exc:
-                failed.append((path, text, exc))
+                failed.append((name, text, exc))
         if len(failed) == len(pending):
-            path, _, exc = failed[0]
-            raise WarehouseError(f"cannot create the views in {path.name}: {exc}")
-        pending = [(p, t) for p, t, _ in failed]
+            name, _, exc = failed[0]
+            raise WarehouseError(f"cannot create the views in sql/{name}: {exc}")
+        pending = [(n, t) for n, t, _ in failed]
 
 
 def connect(root: str | os.PathLike, database: str = ":memory:", threads: int | None = None) -> duckdb.DuckDBPyConnection:

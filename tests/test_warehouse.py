@@ -43,7 +43,9 @@ def test_readers_never_see_half_a_commit(warehouse):
         w.commit(_batch("r", 0))
         t = threading.Thread(target=read)
         t.start()
-        for i in range(1, 40):
+        i = 0
+        while len(seen) < 8 and i < 2000:  # keep committing until the reader has looked several times
+            i += 1
             w.commit(_batch("r", i))
             if i % 10 == 0:
                 w.compact("r")
