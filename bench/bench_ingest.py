@@ -1,0 +1,161 @@
+"""Benchmark: shopsimrl-v4 ingest vs a naive baseline and a parse+compress floor (issue 3).
+
+    .venv/bin/pip install pandas psutil   # the naive baseline needs pandas (not a package dependency)
+    .venv/bin/python bench/bench_ingest.py                 # 500 and 5,000 episodes (a few minutes)
+    .venv/bin/python bench/bench_ingest.py --with-50k      # adds 50,000 episodes (~4.5 GB input)
+
+Generates realistic v4 files (``shopsim_wh.ingest.synth_v4``: ~15 steps, KB-sized observations and
+reasoning, dynamic tool schemas) and measures, each in a fresh subprocess (so peak RSS is its own):
+
+* ingest: ``shopsim_wh.ingest.ingest`` into an empty warehouse (MB/s, episodes/s, peak RSS of the
+  ingesting process and of its largest parse worker; files >= 64 MiB are parsed by two workers);
+* naive: ``json.loads`` per line -> Python row dicts (episodes, steps, actions, observations,
+  messages) -> pandas -> zstd Parquet, in chunks of 2,000 episodes so it fits in memory;
+* floor: ``orjson.loads`` of every line plus zstd level-1 compression of the raw bytes, one core.
+
+Prints the figures and the ratios ingest/naive and ingest/floor for every size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+INGEST = r"""
+import json, resource, shutil, sys, time
+from shopsim_wh.ingest import ingest
+src, wh = sys.argv[1], sys.argv[2]
+shutil.rmtree(wh, ignore_errors=True)
+t = time.perf_counter()
+s = ingest([src], wh)
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "episodes": s.episodes_landed,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+
+NAIVE = r"""
+import json, resource, shutil, sys, time, os
+import pandas as pd
+src, out = sys.argv[1], sys.argv[2]
+shutil.rmtree(out, ignore_errors=True); os.makedirs(out)
+t = time.perf_counter()
+tables = {k: [] for k in ("episodes", "steps", "actions", "observations", "messages")}
+n = part = 0
+def flush():
+    global part
+    for k, rows in tables.items():
+        if rows:
+            pd.DataFrame(rows).to_parquet(f"{out}/{k}-{part}.parquet", compression="zstd")
+            rows.clear()
+    part += 1
+with open(src, "rb") as f:
+    for line in f:
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        eid = r["episode_id"]
+        fin = r.get("final") or {}
+        tables["episodes"].append({"episode_id": eid, "task_id": r["job"]["task_id"], "status": r["status"],
+            "reward": fin.get("reward"), "reward_detail": json.dumps(fin.get("reward_detail")),
+            "instruction": r["reset"]["instruction"], "persona": r["reset"]["persona"]})
+        for i, s in enumerate(r["steps"]):
+            tables["steps"].append({"episode_id": eid, "step_idx": i, "observation_state": json.dumps(s["observation_state"]),
+                "tools": json.dumps(s["tools"]), "reasoning": s["thinking"], "model": s["model"],
+                "tokens_in": s["usage"]["prompt_tokens"], "tokens_out": s["usage"]["completion_tokens"]})
+            tc = s.get("tool_call") or {}
+            tables["actions"].append({"episode_id": eid, "step_idx": i, "call_id": tc.get("id"), "tool_name": tc.get("name"),
+                "arguments": tc.get("arguments"), "action": s.get("action")})
+            env = s.get("environment") or {}
+            tables["observations"].append({"episode_id": eid, "step_idx": i, "content": env.get("observation"),
+                "observation_state": json.dumps(env.get("observation_state")), "reward": env.get("reward")})
+        for j, m in enumerate(r["conversation"]):
+            tables["messages"].append({"episode_id": eid, "msg_idx": j, "role": m["role"], "content": m.get("content"),
+                "reasoning_content": m.get("reasoning_content"), "tool_calls": json.dumps(m.get("tool_calls"))})
+        n += 1
+        if n % 2000 == 0:
+            flush()
+flush()
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "episodes": n, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+FLOOR = r"""
+import json, sys, time
+import orjson, pyarrow as pa
+src = sys.argv[1]
+codec = pa.Codec("zstd", compression_level=1)
+tp = tc = 0.0
+with open(src, "rb") as f:
+    while True:
+        block = f.read(64 << 20)
+        if not block:
+            break
+        t = time.perf_counter()
+        for line in block.split(b"\n"):
+            if line:
+                try:
+                    orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    pass  # a line cut at the block edge
+        tp += time.perf_counter() - t
+        t = time.perf_counter()
+        codec.compress(block)
+        tc += time.perf_counter() - t
+print(json.dumps({"seconds": tp + tc, "parse_s": tp, "compress_s": tc}))
+"""
+
+
+def run(code: str, *args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO, check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="500,5000", help="comma-separated episode counts")
+    ap.add_argument("--with-50k", action="store_true", help="also run 50,000 episodes")
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--workdir", default="/tmp/shopsim-wh-bench")
+    ap.add_argument("--no-naive", action="store_true", help="skip the pandas baseline")
+    a = ap.parse_args()
+    sys.path.insert(0, str(REPO))
+    from shopsim_wh.ingest import synth_v4
+
+    sizes = [int(s) for s in a.sizes.split(",") if s]
+    if a.with_50k and 50000 not in sizes:
+        sizes.append(50000)
+    work = Path(a.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"{'episodes':>9} {'MB':>8} | {'ingest MB/s':>11} {'ep/s':>8} {'peak MB':>8} {'worker MB':>9} | "
+          f"{'naive MB/s':>10} {'peak MB':>8} | {'floor MB/s':>10} | {'x naive':>7} {'/ floor':>7}")
+    for n in sizes:
+        src = work / f"v4-{n}-{a.steps}.jsonl"
+        if not src.exists():
+            t = time.perf_counter()
+            synth_v4.write_file(src, n, steps=a.steps)
+            print(f"  (generated {src.name} in {time.perf_counter() - t:.1f}s)", file=sys.stderr)
+        mb = src.stat().st_size / 1e6
+        ing = run(INGEST, str(src), str(work / f"wh-{n}"))
+        naive = None if a.no_naive else run(NAIVE, str(src), str(work / f"naive-{n}"))
+        floor = run(FLOOR, str(src))
+        ing_mbs = mb / ing["seconds"]
+        naive_mbs = mb / naive["seconds"] if naive else float("nan")
+        floor_mbs = mb / floor["seconds"]
+        print(f"{n:>9} {mb:>8.0f} | {ing_mbs:>11.1f} {ing['episodes'] / ing['seconds']:>8.0f} {ing['peak_rss_mb']:>8.0f} "
+              f"{ing['worker_peak_rss_mb']:>9.0f} | "
+              f"{naive_mbs:>10.1f} {naive['peak_rss_mb'] if naive else float('nan'):>8.0f} | {floor_mbs:>10.1f} | "
+              f"{ing_mbs / naive_mbs:>7.2f} {ing_mbs / floor_mbs:>7.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Parallel parsing: worker processes turn byte ranges of a JSONL file into Arrow tables.
+
+Used by the v4 reader for large uncompressed files (``ingest(..., parallel=True)``). The file is cut
+into chunks of about ``flush_bytes`` at line boundaries; worker *k* (``python -m
+shopsim_wh.ingest._pipeline``, independent of how the parent was started) parses chunks k, k+W,
+k+2W, ... with the reader's chunk function, writes each result (pickled Arrow tables plus the chunk's
+state) to a file in its private temporary directory and announces it with one line on stdout. The
+parent reads the announcements in chunk order, merges the state (attempt numbers, line numbers,
+fidelity counts) and encodes Parquet while the workers parse on. Big payloads go through files, not
+the pipe: a pipe is read in 64 KiB pieces, each waiting for the GIL. If the parent dies, a worker's
+next announcement fails and it cleans up and exits.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import IngestError
+
+_FIELDS = ("source_file", "run_id", "load_id", "source_format", "experiment", "max_field_bytes", "flush_every",
+           "flush_bytes")
+
+
+def chunk_bounds(path: Path, target: int) -> list[tuple[int, int]]:
+    """``[(start, end), ...]`` covering the file, each ending just after a newline (or at EOF)."""
+    size = path.stat().st_size
+    out, start = [], 0
+    with open(path, "rb") as f:
+        while start < size:
+            pos = start + target
+            if pos >= size:
+                out.append((start, size))
+                break
+            f.seek(pos)
+            while True:
+                block = f.read(1 << 20)
+                if not block:
+                    pos = size
+                    break
+                nl = block.find(b"\n")
+                if nl >= 0:
+                    pos += nl + 1
+                    break
+                pos += len(block)
+            out.append((start, pos))
+            start = pos
+    return out
+
+
+def worker_main(argv: list[str]) -> int:
+    gc.disable()
+    import importlib
+
+    from ._rows import Sink
+    from .core import UnitContext
+    spec = json.loads(argv[0])
+    out = sys.stdout
+    shm = "/dev/shm" if Path("/dev/shm").is_dir() else None  # RAM-backed when available
+    tmp = Path(tempfile.mkdtemp(prefix="shopsim-wh-ingest-", dir=shm))
+    try:
+        fn = getattr(importlib.import_module(spec["module"]), spec["function"])
+        for idx, start, end in spec["chunks"]:
+            ctx = UnitContext(path=Path(spec["path"]), companions=[], sink=Sink(spec["load_id"]), parallel=False,
+                              **{k: spec[k] for k in _FIELDS})
+            meta = fn(ctx, start, end)
+            f = tmp / f"chunk-{idx:06d}.pkl"
+            f.write_bytes(pickle.dumps((ctx.sink.flush(), meta), protocol=5))
+            out.write(f"T {f}\n")
+            out.flush()
+        return 0
+    except (BrokenPipeError, OSError):
+        shutil.rmtree(tmp, ignore_errors=True)
+        return 1
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it as IngestError
+        try:
+            out.write("X " + json.dumps(f"{type(e).__name__}: {e}") + "\n")
+            out.flush()
+        except OSError:
+            pass
+        shutil.rmtree(tmp, ignore_errors=True)
+        return 1
+
+
+def map_chunks(ctx, chunks: list[tuple[int, int]], module: str, function: str, workers: int = 2):
+    """Yield ``(tables, meta)`` for every chunk, in file order, parsed by ``workers`` processes."""
+    workers = max(1, min(workers, len(chunks)))
+    base = {"path": str(ctx.path), "module": module, "function": function, **{k: getattr(ctx, k) for k in _FIELDS}}
+    import os
+
+    import shopsim_wh
+    pkg_root = str(Path(shopsim_wh.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (pkg_root, os.environ.get("PYTHONPATH")) if x)}
+    procs = []
+    for k in range(workers):
+        spec = {**base, "chunks": [(i, s, e) for i, (s, e) in enumerate(chunks) if i % workers == k]}
+        procs.append(subprocess.Popen([sys.executable, "-m", "shopsim_wh.ingest._pipeline", json.dumps(spec)],
+                                      stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env))
+    dirs: set[Path] = set()
+    try:
+        for i in range(len(chunks)):
+            p = procs[i % workers]
+            line = p.stdout.readline()
+            kind, _, arg = line.rstrip("\n").partition(" ")
+            if kind == "X":
+                raise IngestError(f"{ctx.path}: {json.loads(arg)}")
+            if kind != "T":
+                raise IngestError(f"{ctx.path}: a parsing process ended without a result (exit {p.wait()})")
+            f = Path(arg)
+            dirs.add(f.parent)
+            payload = pickle.loads(f.read_bytes())
+            f.unlink()
+            yield payload
+            payload = None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            p.stdout.close()
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(sys.argv[1:]))

@@ -1,0 +1,106 @@
+"""The v4 reader's parallel path: chunks of one file parsed by worker processes, merged in file order.
+
+Workers run :func:`parse_chunk` on byte ranges (see ``_pipeline.py``); :func:`read_parallel` fixes up
+what depends on earlier chunks - attempt numbers (counted per chunk), ``ingest_errors.line`` (relative
+to the chunk), fidelity counts, provenance residuals keyed by attempt, and records whose provenance
+differs from the file's first record - and hands the tables to the open commit.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import IngestError
+from ._io import iter_lines
+from ._pipeline import chunk_bounds, map_chunks
+from .core import UnitContext
+from .v4 import _finish, _new_state, _parse, _sidecars, read_serial
+
+WORKERS = 2
+
+
+def parse_chunk(ctx: UnitContext, start: int, end: int) -> dict:
+    """Worker side: rows of the lines in ``[start, end)`` into ``ctx.sink``; returns the chunk's state.
+
+    Line numbers in ``ingest_errors`` are relative to the chunk (the parent adds the lines before it)
+    and attempt numbers count from 1 within the chunk (the parent adds earlier attempts)."""
+    st = _new_state(ctx)
+    st.plain = []
+    with open(ctx.path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    for _ in _parse(ctx, st, iter_lines(io.BytesIO(data)), offset_base=start):
+        pass
+    lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+    return {"attempts": st.attempts, "fid": st.fid, "file_total": st.file_total, "file_dropped": st.file_dropped,
+            "run_prov": st.run_prov, "run_fields": dict(ctx.run_fields), "plain": st.plain,
+            "residual": st.residual, "goals": st.goals[0], "lines": lines, "records": ctx.records,
+            "rejected": ctx.rejected, "bytes": len(data), "any_line": st.any_line}
+
+
+_ATTEMPT_TABLES = ("episodes", "agents", "steps", "actions", "observations", "messages", "skills_selected", "failures")
+
+
+def read_parallel(ctx: UnitContext):
+    _sidecars(ctx)
+    counts: dict[str, int] = {}
+    fid: dict[str, list[int]] = {}
+    residual: dict[str, dict] = {}
+    run_prov = None
+    file_total = file_dropped = goals = lines_before = 0
+    any_line = False
+    chunks = chunk_bounds(ctx.path, ctx.flush_bytes)
+    results = map_chunks(ctx, chunks, __name__, "parse_chunk", WORKERS)
+    try:
+        first = next(results)
+    except IngestError as e:  # the workers could not start: nothing is written yet, parse here instead
+        ctx.provenance["parallel_fallback"] = str(e)[:300]
+        yield from read_serial(ctx)
+        return
+    for tables, meta in itertools.chain([first], results):
+        prior = {e: counts[e] for e in meta["attempts"] if e in counts}
+        if run_prov is None and meta["run_prov"] is not None:
+            run_prov = meta["run_prov"]
+            ctx.run_fields.update(meta["run_fields"])
+        out = []
+        for name, t in tables:
+            if prior and name in _ATTEMPT_TABLES:
+                eids = t.column("episode_id").to_pylist()
+                att = [a + prior.get(e, 0) for e, a in zip(eids, t.column("attempt").to_pylist(), strict=True)]
+                t = t.set_column(t.schema.get_field_index("attempt"), "attempt", pa.array(att, pa.int16()))
+            if name == "ingest_errors" and lines_before:
+                i = t.schema.get_field_index("line")
+                t = t.set_column(i, "line", pc.add(t.column("line"), lines_before))
+            out.append((name, t))
+        for k, v in meta["residual"].items():
+            e, _, a = k.rpartition("#")
+            residual[f"{e}#{int(a) + prior.get(e, 0)}"] = v
+        if run_prov is not None and meta["run_prov"] is not None and meta["run_prov"] != run_prov:
+            for k in meta["plain"]:
+                e, _, a = k.rpartition("#")
+                residual.setdefault(f"{e}#{int(a) + prior.get(e, 0)}", {})["provenance"] = meta["run_prov"]
+        for e, n in meta["attempts"].items():
+            counts[e] = counts.get(e, 0) + n
+        for e, (t_, c_, d_) in meta["fid"].items():
+            g = fid.setdefault(e, [0, 0, 0])
+            g[0] += t_
+            g[1] += c_
+            g[2] += d_
+        file_total += meta["file_total"]
+        file_dropped += meta["file_dropped"]
+        goals += meta["goals"]
+        lines_before += meta["lines"]
+        any_line = any_line or meta["any_line"]
+        ctx.records += meta["records"]
+        ctx.rejected += meta["rejected"]
+        ctx.attempts += sum(meta["attempts"].values())
+        if ctx.on_bytes:
+            ctx.on_bytes(meta["bytes"])
+        ctx.ready.extend(out)
+        yield
+    _finish(ctx, any_line, counts, fid, file_total, file_dropped, run_prov, goals, residual)
+    yield

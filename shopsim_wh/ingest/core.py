@@ -1,0 +1,335 @@
+"""``ingest()``: paths in, one atomic commit per ingested unit, a summary out.
+
+Per unit (a file plus its companions): sha256 of the raw bytes -> ``run_id =
+<source-or-format>.<hash[:12]>``. A hash already in ``runs`` is skipped (idempotent). Otherwise the
+reader streams rows into column buffers that are flushed to Parquet every few thousand records *inside
+one* ``Writer.commit`` (the batches are a generator), so memory stays flat while the whole unit still
+becomes visible at once; runs previously ingested from the same path are dropped in that same commit
+(``replace_runs``). The ``runs`` row is the last batch written. A killed ingest publishes nothing for the
+unit it was in (its staged files are invisible and vacuumed), so a re-run lands it exactly once.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from .. import __version__
+from ..errors import ShopsimError
+from ..schema import TABLES
+from ..warehouse import Warehouse
+from ._io import expand_paths, read_head, sha256_files
+from ._json import DEFAULT_MAX_FIELD_BYTES, cap
+from ._rows import Sink, jdump
+from .registry import Reader, detect, get_reader
+
+FLUSH_EPISODES = 2000  # readers flush their column buffers after this many records ...
+FLUSH_BYTES = 32 * 1024 * 1024  # ... or this many input bytes, whichever comes first (flat memory)
+
+
+@dataclass
+class FileResult:
+    path: str
+    format: str | None
+    run_id: str | None
+    status: str  # landed | skipped_same_hash | attached | unrecognised | failed
+    episodes: int = 0
+    attempts: int = 0
+    records: int = 0
+    rejected: int = 0
+    bytes: int = 0
+    message: str = ""
+
+
+@dataclass
+class IngestSummary:
+    files: list[FileResult] = field(default_factory=list)
+    seconds: float = 0.0
+    load_id: str | None = None
+
+    @property
+    def units_read(self) -> int:
+        return sum(1 for f in self.files if f.status == "landed")
+
+    @property
+    def episodes_landed(self) -> int:
+        return sum(f.episodes for f in self.files)
+
+    @property
+    def records_rejected(self) -> int:
+        return sum(f.rejected for f in self.files)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(f.bytes for f in self.files if f.status == "landed")
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "units_read": self.units_read, "episodes_landed": self.episodes_landed,
+            "records_rejected": self.records_rejected, "seconds": round(self.seconds, 3),
+            "mb_per_s": round(self.mb_per_s, 1), "load_id": self.load_id,
+            "files": [f.__dict__ for f in self.files],
+        }
+
+
+@dataclass
+class UnitContext:
+    """What a reader gets: where it reads from and where its rows go."""
+
+    path: Path
+    companions: list[Path]
+    source_file: str
+    run_id: str
+    load_id: str
+    source_format: str
+    experiment: str
+    sink: Sink
+    max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES
+    flush_every: int = FLUSH_EPISODES
+    flush_bytes: int = FLUSH_BYTES
+    on_bytes: Callable[[int], None] | None = None
+    provenance: dict = field(default_factory=dict)
+    run_fields: dict = field(default_factory=dict)
+    ready: list = field(default_factory=list)  # finished (table, arrow) batches a reader hands over
+    parallel: bool = False
+    episodes: int = 0
+    attempts: int = 0
+    records: int = 0
+    rejected: int = 0
+
+    def error(self, line: int | None, offset: int | None, error_class: str, message: str,
+              source_file: str | None = None, rejected: bool = True) -> None:
+        """One ingest_errors row; ``rejected=False`` for notes on records that still landed (BOM)."""
+        self.sink.add("ingest_errors", {
+            "source_file": source_file or self.source_file, "line": line, "byte_offset": offset,
+            "error_class": error_class, "message": cap(message),
+        })
+        if rejected:
+            self.rejected += 1
+
+    def fidelity(self, unit: str, total: int, converted: int, kept_raw: int, dropped: int,
+                 source_file: str | None = None) -> None:
+        assert converted + kept_raw + dropped == total, (unit, total, converted, kept_raw, dropped)
+        self.sink.add("import_fidelity", {
+            "source_file": source_file or self.source_file, "unit": unit, "records_total": total,
+            "converted": converted, "kept_raw": kept_raw, "dropped": dropped,
+        })
+
+    def episode_common(self) -> dict:
+        return {"source_format": self.source_format, "source_file": self.source_file, "experiment": self.experiment}
+
+
+_RUN_PREFIX_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def run_id_for(prefix: str, sha: str) -> str:
+    p = _RUN_PREFIX_BAD.sub("-", prefix).lstrip("._-")[:100] or "ingest"
+    return f"{p}.{sha[:12]}"
+
+
+def _existing_runs(wh: Warehouse) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """(source_hash -> run_id, source_file -> [run_id]) from the current snapshot's runs files."""
+    by_hash: dict[str, str] = {}
+    by_file: dict[str, list[str]] = {}
+    for e in wh.snapshot().files("runs"):
+        t = pq.read_table(wh.abspath(e), columns=["source_hash", "source_file"])
+        for h, f in zip(t.column("source_hash").to_pylist(), t.column("source_file").to_pylist(), strict=True):
+            if h:
+                by_hash[h] = e.run_id
+            if f:
+                by_file.setdefault(f, []).append(e.run_id)
+    return by_hash, by_file
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def ingest(
+    paths: Iterable[str | os.PathLike] | str | os.PathLike,
+    warehouse: str | os.PathLike,
+    format: str = "auto",
+    source: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES,
+    flush_every: int = FLUSH_EPISODES,
+    parallel: bool = True,
+    flush_bytes: int = FLUSH_BYTES,
+) -> IngestSummary:
+    """Ingest files / directories (recursive) / globs into the warehouse; see module docstring.
+
+    ``progress(done_bytes, total_bytes)`` is called as input is consumed. ``max_field_bytes`` caps
+    one string field (larger records are rejected as ``oversized_field``); ``flush_every`` is how many
+    records are buffered before their rows are encoded to Parquet (memory stays flat). ``parallel``
+    lets the v4 reader parse files >= 64 MiB in two worker processes while this one encodes Parquet
+    (``flush_bytes`` is also the chunk size). Record-level problems
+    become ``ingest_errors`` rows; a unit whose reader fails outright is reported in the summary
+    (status ``failed``) and nothing of it is committed.
+    """
+    # The cyclic GC rescans the (large, acyclic) row buffers on every generation-2 pass: parsing with it
+    # on is several times slower. Nothing here builds reference cycles; it is re-enabled on return.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_every, parallel, flush_bytes)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_every, parallel,
+            flush_bytes) -> IngestSummary:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    t0 = time.perf_counter()
+    started = _now()
+    forced = None if format == "auto" else get_reader(format)
+    files = expand_paths(paths)
+    summary = IngestSummary()
+    load_id = f"ingest-{started.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
+    summary.load_id = load_id
+
+    # Plan units: the reader of each file, its companions; companion files are not units.
+    plan: list[tuple[Path, object, list[Path]]] = []
+    attached: dict[Path, Path] = {}
+    for f in files:
+        reader = forced
+        if reader is None:
+            try:
+                name = detect(read_head(f), f)
+            except (OSError, EOFError, ValueError) as e:
+                summary.files.append(FileResult(str(f), None, None, "failed", message=cap(f"cannot read: {e}")))
+                continue
+            if name is None and not read_head(f, 4096).strip():
+                plan.append((f, _EMPTY, []))
+                continue
+            if name is None:
+                summary.files.append(FileResult(
+                    str(f), None, None, "unrecognised",
+                    message="content matches no trace format (formats: "
+                    "shopsimrl-v4, agent-multi-turn, claude-code, openai-messages, atif); pass --format to force one"))
+                continue
+            reader = get_reader(name)
+        comps = [c.resolve() for c in reader.companions(f)]
+        for c in comps:
+            attached[c] = f
+        plan.append((f, reader, comps))
+    plan = [(f, r, c) for f, r, c in plan if f not in attached]
+    for c, main in attached.items():
+        if c in files:
+            summary.files.append(FileResult(str(c), None, None, "attached", message=f"part of {main}"))
+
+    total_bytes = sum(f.stat().st_size + sum(c.stat().st_size for c in comps) for f, _, comps in plan)
+    done_bytes = 0
+    wh = Warehouse(warehouse)
+    committed_any = False
+    with wh.writer() as w:
+        by_hash, by_file = _existing_runs(wh)
+        for f, reader, comps in plan:
+            size = f.stat().st_size + sum(c.stat().st_size for c in comps)
+            res = FileResult(str(f), reader.name, None, "landed", bytes=size)
+            summary.files.append(res)
+            sha = sha256_files([f, *comps])
+            run_id = run_id_for(source or reader.name, sha)
+            res.run_id = run_id
+            if sha in by_hash:
+                res.status, res.run_id = "skipped_same_hash", by_hash[sha]
+                res.message = f"already ingested as run {by_hash[sha]}"
+                done_bytes += size
+                if progress:
+                    progress(done_bytes, total_bytes)
+                continue
+            source_file = str(f)
+            replace = sorted(set(by_file.get(source_file, [])) | ({run_id} & w.snap.run_ids()))
+            base = done_bytes
+
+            on_bytes = _byte_counter(progress, base, size, total_bytes)
+
+            ctx = UnitContext(
+                path=f, companions=comps, source_file=source_file, run_id=run_id, load_id=load_id,
+                source_format=reader.name, experiment=source or reader.name, sink=Sink(load_id),
+                max_field_bytes=max_field_bytes, flush_every=flush_every, parallel=parallel, flush_bytes=flush_bytes, on_bytes=on_bytes if f.suffix not in (".gz", ".zst", ".zstd") else None,
+            )
+            try:
+                w.commit(_unit_batches(ctx, reader, sha, started), replace_runs=replace)
+            except (ShopsimError, OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as e:
+                res.status = "failed"
+                res.message = cap(f"{type(e).__name__}: {e}")
+                done_bytes += size
+                continue
+            committed_any = True
+            res.episodes, res.attempts, res.records, res.rejected = ctx.episodes, ctx.attempts, ctx.records, ctx.rejected
+            by_hash[sha] = run_id
+            by_file[source_file] = [run_id]
+            done_bytes += size
+            if progress:
+                progress(done_bytes, total_bytes)
+        summary.seconds = time.perf_counter() - t0
+        if committed_any:
+            sink = Sink(load_id)
+            sink.add("loads", {
+                "command": "ingest", "started_at": started, "finished_at": _now(),
+                "episodes_written": sum(f.attempts for f in summary.files), "status": "complete",
+                "tool_version": __version__,
+            })
+            w.commit([(t, load_id, tab) for t, tab in sink.flush()])
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _byte_counter(progress, base: int, size: int, total: int):
+    cell = [base]
+
+    def on_bytes(n: int) -> None:
+        cell[0] += n
+        if progress:
+            progress(min(cell[0], base + size), total)
+
+    return on_bytes
+
+
+def _read_empty(ctx: UnitContext):
+    ctx.error(None, 0, "empty_file", "the file holds no records (format could not be detected)")
+    ctx.fidelity("file", 0, 0, 0, 0)
+    yield
+
+
+_EMPTY = Reader(name="empty", description="an empty input file", sniff=lambda head, path: 0, read=_read_empty)
+
+
+def _unit_batches(ctx: UnitContext, reader, sha: str, started: datetime):
+    for _ in reader.read(ctx):
+        while ctx.ready:
+            table, tab = ctx.ready.pop(0)
+            yield table, ctx.run_id, tab
+        for table, tab in ctx.sink.flush():
+            yield table, ctx.run_id, tab
+    prov = {"ingest": {"reader": reader.name, "load_id": ctx.load_id,
+                       "companions": [str(c) for c in ctx.companions]}}
+    prov.update(ctx.provenance)
+    row = {
+        "experiment": ctx.experiment, "created_at": started, "source_format": reader.name,
+        "source_file": ctx.source_file, "source_hash": sha, "tool_version": __version__,
+        "provenance": jdump(prov), "planned_episodes": ctx.episodes,
+    }
+    for k, v in ctx.run_fields.items():
+        if k in TABLES["runs"].column_names and v is not None:
+            row[k] = v
+    ctx.sink.add("runs", row)
+    # runs last: every other table first, then the runs row
+    batches = ctx.sink.flush()
+    for table, tab in sorted(batches, key=lambda b: b[0] == "runs"):
+        yield table, ctx.run_id, tab

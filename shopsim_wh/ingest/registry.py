@@ -1,0 +1,83 @@
+"""Readers registered by name, and content-based format detection for ``format="auto"``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import IngestError
+
+if TYPE_CHECKING:
+    from .core import UnitContext
+
+
+@dataclass(frozen=True)
+class Reader:
+    """An ingest reader.
+
+    ``sniff(head, path)`` returns a score (0 = not this format) from the first 64 KiB of the
+    decompressed input; ``read(ctx)`` is a generator that adds rows to ``ctx.sink`` and yields
+    whenever the buffered rows should be flushed into Parquet; ``companions(path)`` lists extra
+    files that belong to the same unit (hashed with it, never ingested on their own).
+    """
+
+    name: str
+    description: str
+    sniff: Callable[[bytes, Path], int]
+    read: Callable[[UnitContext], Iterator[None]]
+    companions: Callable[[Path], list[Path]] = field(default=lambda p: [])
+
+
+READERS: dict[str, Reader] = {}
+
+
+def register(reader: Reader) -> Reader:
+    READERS[reader.name] = reader
+    return reader
+
+
+def get_reader(name: str) -> Reader:
+    _load_builtin()
+    try:
+        return READERS[name]
+    except KeyError:
+        raise IngestError(f"unknown format {name!r}; valid formats: auto, {', '.join(sorted(READERS))}") from None
+
+
+def formats() -> list[str]:
+    _load_builtin()
+    return sorted(READERS)
+
+
+def detect(head: bytes, path: Path) -> str | None:
+    """The best-scoring reader for this content, or None."""
+    _load_builtin()
+    if head.startswith(b"\xef\xbb\xbf"):
+        head = head[3:]
+    best, best_score = None, 0
+    for r in READERS.values():
+        score = r.sniff(head, path)
+        if score > best_score:
+            best, best_score = r.name, score
+    return best
+
+
+def key_re(key: str, value: str | None = None) -> re.Pattern:
+    """Regex for a JSON key (optionally with a string value prefix) in raw bytes."""
+    if value is None:
+        return re.compile(rb'"' + re.escape(key.encode()) + rb'"\s*:')
+    return re.compile(rb'"' + re.escape(key.encode()) + rb'"\s*:\s*"' + re.escape(value.encode()))
+
+
+_loaded = False
+
+
+def _load_builtin() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    from . import agent_multi_turn, atif, claude_code, openai_messages, v4  # noqa: F401  (register themselves)
