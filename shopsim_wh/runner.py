@@ -158,7 +158,7 @@ def _record_rows(experiment: str, load_id: str, attempt: int, rec: EpisodeRecord
         "observations": [{**o, **key} for o in rec.observations],
         "messages": [{**m, **key, "agent_id": "main"} for m in rec.messages],
         "skills_selected": [{**s, **key} for s in rec.skills],
-        "tools": [{**t, "episode_id": rec.job.episode_id, "load_id": load_id} for t in rec.tools.values()],
+        "tools": [{**t, **key} for t in rec.tools.values()],
         "failures": [{**rec.failure, **key}] if rec.failure else [],
     }
     return rows

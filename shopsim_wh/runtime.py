@@ -186,6 +186,7 @@ class AgentRuntime:
         return {
             "agent_id": AGENT, "step_idx": step_idx, "seq": step_idx, "page": state.get("page"),
             "observation_state": _dumps(state), "prompt_msg_count": n_msgs, "tools_hash": tool_set_hash(tools),
+            "tool_schema_hashes": _dumps([tool_schema_hash(t) for t in tools]),
             "reasoning": out.reasoning, "content": out.content, "finish_reason": out.finish_reason,
             "response_id": out.response_id, "model": out.model, "step_seed": seed,
             "tokens_in": out.prompt_tokens, "tokens_out": out.completion_tokens, "latency_ms": out.latency_ms,

@@ -154,6 +154,7 @@ _register(_table(
     C("duration_s", F64, "Wall time of the attempt in seconds."),
     C("source_format", S, "`shopsim-wh-runner` or the ingest reader."),
     C("source_file", S, "Ingested file (NULL for runner episodes)."),
+    C("source_extra", S, "JSON: source fields no column holds (kept so a dump can re-emit the record)."),
 ))
 
 _register(_table(
@@ -185,7 +186,8 @@ _register(_table(
     C("page", S, "Page type the decision was made on (observation_state.page)."),
     C("observation_state", S, "JSON observation_state at decision time (no private goal)."),
     C("prompt_msg_count", I32, "Number of `messages` rows (msg_idx < this) the model was sent for this turn."),
-    C("tools_hash", S, "schema_hash of the tool set offered (table `tools`)."),
+    C("tools_hash", S, "Hash of the tool set offered (sha256 of the sorted `tools.schema_hash` values joined by ',')."),
+    C("tool_schema_hashes", S, "JSON list of the offered tools' `tools.schema_hash`, in the order they were offered."),
     C("reasoning", S, "reasoning_content / thinking text."),
     C("content", S, "Assistant text content."),
     C("finish_reason", S, "Server finish_reason (`tool_calls`, `stop`, `length`, ...)."),
@@ -201,6 +203,7 @@ _register(_table(
     C("tokens_out", I64, "usage.completion_tokens."),
     C("latency_ms", F64, "Model call latency in ms."),
     C("started_at", TS, "UTC time the model call started."),
+    C("metadata", S, "JSON: per-step source metadata (client version, request id, raw usage, log-only hook outcomes)."),
 ))
 
 _register(_table(
@@ -246,8 +249,9 @@ _register(_table(
 ))
 
 _register(_table(
-    "tools", "one row per distinct tool schema offered to an agent (deduplicated by schema_hash)", ("episode_id", "agent_id", "schema_hash"),
-    C("episode_id", S, "Episode.", False), *AGENT_KEY,
+    "tools", "one row per distinct tool schema offered to an agent in an episode attempt (deduplicated by schema_hash)",
+    ("episode_id", "attempt", "agent_id", "schema_hash"),
+    EPISODE_KEY[0], C("attempt", I16, "Episode attempt the tools were offered in (NULL: every attempt)."), *AGENT_KEY,
     C("name", S, "Tool name."),
     C("description", S, "Tool description (carries usage policy)."),
     C("parameters", S, "JSON schema of the parameters."),

@@ -42,7 +42,7 @@ def parse_chunk(ctx: UnitContext, start: int, end: int) -> dict:
             "rejected": ctx.rejected, "bytes": len(data), "any_line": st.any_line}
 
 
-_ATTEMPT_TABLES = ("episodes", "agents", "steps", "actions", "observations", "messages", "skills_selected", "failures")
+_ATTEMPT_TABLES = ("episodes", "agents", "steps", "actions", "observations", "messages", "skills_selected", "failures", "tools")
 
 
 def read_parallel(ctx: UnitContext):

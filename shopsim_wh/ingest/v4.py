@@ -400,7 +400,7 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
             hashes.append(h)
             if h not in tools_seen:
                 tools_seen.add(h)
-                st.t_tools.append((eid, "main", hit[1], hit[2], hit[3], "execution", h))
+                st.t_tools.append((eid, attempt, "main", hit[1], hit[2], hit[3], "execution", h))
         pe = s.get("protocol_error")
         if pe:
             n_proto += 1
@@ -412,9 +412,10 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
         st.t_steps.append((
             eid, attempt, "main", i, i, state.get("page") if isinstance(state, dict) else None, jdump(state),
             assistant_at[i] if i < len(assistant_at) else None,
-            tools_set_hash(hashes) if sg("tools") is not None else None, sg("thinking"), sg("content"),
+            tools_set_hash(hashes) if sg("tools") is not None else None,
+            jdump(hashes) if sg("tools") is not None else None, sg("thinking"), sg("content"),
             sg("finish_reason"), pe, sg("protocol_feedback"), pf_code, None, jdump(sg("raw_response")),
-            sg("response_id"), sg("model"), sg("seed"), pt, ct, sg("latency_ms"), sg("started_at")))
+            sg("response_id"), sg("model"), sg("seed"), pt, ct, sg("latency_ms"), sg("started_at"), None))
         if "tools" not in s:
             residual.setdefault("no_tools", []).append(i)
         tc = s.get("tool_call")

@@ -7,9 +7,6 @@ CREATE OR REPLACE VIEW loads AS SELECT * FROM stg_loads;
 -- grain: one row per failed episode attempt. key: (run_id, episode_id, attempt)
 CREATE OR REPLACE VIEW failures AS SELECT * FROM stg_failures;
 
--- grain: one row per distinct tool schema offered to an agent. key: (run_id, episode_id, agent_id, schema_hash)
-CREATE OR REPLACE VIEW tools AS SELECT * FROM stg_tools;
-
 -- grain: one row per rejected input record. key: (run_id, source_file, line)
 CREATE OR REPLACE VIEW ingest_errors AS SELECT * FROM stg_ingest_errors;
 
