@@ -13,7 +13,10 @@ reasoning, dynamic tool schemas) and measures, each in a fresh subprocess (so pe
   messages) -> pandas -> zstd Parquet, in chunks of 2,000 episodes so it fits in memory;
 * floor: ``orjson.loads`` of every line plus zstd level-1 compression of the raw bytes, one core.
 
-Prints the figures and the ratios ingest/naive and ingest/floor for every size.
+Prints the figures and the ratios ingest/naive and ingest/floor for every size, plus the CPU seconds
+the ingest used (its process and the parse workers, imports included) and the input MB per CPU
+second: wall-clock figures on a shared 2-core machine move with whatever else runs, the CPU cost
+per MB much less, and ``2 x MB per CPU-s`` bounds what two idle cores could reach.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ shutil.rmtree(wh, ignore_errors=True)
 t = time.perf_counter()
 s = ingest([src], wh)
 dt = time.perf_counter() - t
-print(json.dumps({"seconds": dt, "episodes": s.episodes_landed,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"seconds": dt, "episodes": s.episodes_landed, "peak_rss_mb": me.ru_maxrss / 1024,
+                  "worker_peak_rss_mb": ch.ru_maxrss / 1024,
+                  "cpu_s": me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime}))
 """
 
 NAIVE = r"""
@@ -136,8 +140,9 @@ def main() -> None:
         sizes.append(50000)
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    print(f"{'episodes':>9} {'MB':>8} | {'ingest MB/s':>11} {'ep/s':>8} {'peak MB':>8} {'worker MB':>9} | "
-          f"{'naive MB/s':>10} {'peak MB':>8} | {'floor MB/s':>10} | {'x naive':>7} {'/ floor':>7}")
+    print(f"{'episodes':>9} {'MB':>8} | {'ingest MB/s':>11} {'ep/s':>8} {'peak MB':>8} {'worker MB':>9} "
+          f"{'cpu s':>6} {'MB/cpu-s':>8} | {'naive MB/s':>10} {'peak MB':>8} | {'floor MB/s':>10} | "
+          f"{'x naive':>7} {'/ floor':>7}")
     for n in sizes:
         src = work / f"v4-{n}-{a.steps}.jsonl"
         if not src.exists():
@@ -152,7 +157,7 @@ def main() -> None:
         naive_mbs = mb / naive["seconds"] if naive else float("nan")
         floor_mbs = mb / floor["seconds"]
         print(f"{n:>9} {mb:>8.0f} | {ing_mbs:>11.1f} {ing['episodes'] / ing['seconds']:>8.0f} {ing['peak_rss_mb']:>8.0f} "
-              f"{ing['worker_peak_rss_mb']:>9.0f} | "
+              f"{ing['worker_peak_rss_mb']:>9.0f} {ing['cpu_s']:>6.1f} {mb / ing['cpu_s']:>8.0f} | "
               f"{naive_mbs:>10.1f} {naive['peak_rss_mb'] if naive else float('nan'):>8.0f} | {floor_mbs:>10.1f} | "
               f"{ing_mbs / naive_mbs:>7.2f} {ing_mbs / floor_mbs:>7.2f}", flush=True)
 

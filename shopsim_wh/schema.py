@@ -23,6 +23,15 @@ import pyarrow as pa
 
 SCHEMA_VERSION = 1
 PARTITION_KEY = "run_id"
+# Columns written with Parquet dictionary encoding: the low-cardinality ones (ids, enums). On free text it
+# is tried, abandoned after the first dictionary page and costs time for nothing.
+DICTIONARY_COLUMNS = frozenset({
+    "episode_id", "attempt", "agent_id", "parent_agent_id", "agent_role", "agent_type", "role", "page", "model",
+    "action_type", "tool_type", "observation_type", "tool_name", "feedback_code", "finish_reason", "protocol_error",
+    "policy_failure", "status", "split", "source_format", "source_file", "experiment", "load_id", "schema_version",
+    "name", "schema_hash", "tools_hash", "prompt_hash", "error_stage", "error_type", "termination_reason", "scope",
+    "skill_id", "skill_version", "stage", "exception_type", "error_class", "unit",
+})
 
 
 @dataclass(frozen=True)

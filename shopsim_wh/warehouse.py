@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import WarehouseError, WarehouseLockedError
-from .schema import PARTITION_KEY, SCHEMA_VERSION, TABLES
+from .schema import DICTIONARY_COLUMNS, PARTITION_KEY, SCHEMA_VERSION, TABLES
 
 SNAPSHOT_FORMAT = "shopsim-wh-snapshot-v1"
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -201,15 +201,16 @@ class Writer:
         self.snap = wh.snapshot()
 
     # -- writing files -------------------------------------------------------------------------
-    def _write_file(self, table: str, run_id: str, data: pa.Table, compacted: bool = False) -> FileEntry:
+    def _write_file(self, table: str, run_id: str, data: pa.Table, compacted: bool = False,
+                    compression_level: int = ZSTD_LEVEL) -> FileEntry:
         rel_dir = f"{table}/{PARTITION_KEY}={run_id}"
         name = f"part-{time.time_ns():x}-{uuid.uuid4().hex[:8]}.parquet"
         staged = self.wh.staging_dir / name
         nbytes = max(1, data.nbytes)
         rows_per_group = max(1024, int(data.num_rows * ROW_GROUP_TARGET_BYTES / nbytes))
         pq.write_table(
-            data, staged, compression="zstd", compression_level=ZSTD_LEVEL, row_group_size=rows_per_group,
-            write_statistics=True, use_dictionary=True,
+            data, staged, compression="zstd", compression_level=compression_level, row_group_size=rows_per_group,
+            write_statistics=True, use_dictionary=[c for c in data.column_names if c in DICTIONARY_COLUMNS],
         )
         with open(staged, "rb+") as f:
             os.fsync(f.fileno())
@@ -230,8 +231,12 @@ class Writer:
             if int(old.stem.split("-")[1]) < snap.version - 5:
                 old.unlink(missing_ok=True)
 
-    def commit(self, batches: Iterable[tuple[str, str, pa.Table]], replace_runs: Iterable[str] = ()) -> Snapshot:
+    def commit(self, batches: Iterable[tuple[str, str, pa.Table]], replace_runs: Iterable[str] = (),
+               compression_level: int = ZSTD_LEVEL) -> Snapshot:
         """Atomically add ``(table, run_id, arrow_table)`` batches; optionally drop whole runs first.
+
+        ``compression_level`` is the zstd level of the new files (bulk ingest uses 1: faster, a few
+        percent larger; compaction rewrites at :data:`ZSTD_LEVEL`).
 
         Tables are cast to their declared schema (a mismatch raises before anything is visible).
         """
@@ -243,7 +248,7 @@ class Writer:
             if data.num_rows == 0:
                 continue
             data = data.select(TABLES[table].column_names).cast(TABLES[table].arrow_schema)
-            staged.setdefault(table, []).append(self._write_file(table, run_id, data))
+            staged.setdefault(table, []).append(self._write_file(table, run_id, data, compression_level=compression_level))
         replace = set(replace_runs)
         new = Snapshot(tables={}, pending_delete=list(self.snap.pending_delete))
         now = time.time()

@@ -96,7 +96,9 @@ def test_claude_code_hooks_and_branch(con):
         ("toolu_b1", True), ("toolu_b2", False)]
     assert q(con, "select action_valid from actions where episode_id = ? and call_id = 'toolu_b1'", e) == [(False,)]
     prov = json.loads(q(con, "select provenance from runs where source_file like '%hook-fixture.jsonl'")[0][0])["claude_code"]
-    assert [h["kind"] for h in prov["hook_log"]] == ["hook_success"]
+    metas = [json.loads(m[0]) for m in q(con, "select metadata from steps where episode_id = ? and metadata is not null", e)]
+    assert [h["kind"] for m in metas for h in m.get("hook_log", [])] + [h["kind"] for h in prov["hook_log"]] == ["hook_success"]
+    assert "step_meta" not in prov and all(m["request_id"] for m in metas if m["version"])
     assert [r["record"]["type"] for r in prov["raw_records"]] == ["mystery-record"]
     assert q(con, "select agent_id, agent_role from agents where episode_id = ? order by 1", e) == [
         ("branch-u4a", "abandoned_branch"), ("main", "main")]

@@ -3,9 +3,9 @@
 Used by the v4 reader for large uncompressed files (``ingest(..., parallel=True)``). The file is cut
 into chunks of about ``flush_bytes`` at line boundaries; worker *k* (``python -m
 shopsim_wh.ingest._pipeline``, independent of how the parent was started) parses chunks k, k+W,
-k+2W, ... with the reader's chunk function, writes each result (pickled Arrow tables plus the chunk's
-state) to a file in its private temporary directory and announces it with one line on stdout. The
-parent reads the announcements in chunk order, merges the state (attempt numbers, line numbers,
+k+2W, ... with the reader's chunk function, writes each result (one Arrow IPC file per table, which
+the parent memory-maps, plus the chunk's pickled state) to its private temporary directory and
+announces it with one line on stdout. The parent reads the announcements in chunk order, merges the state (attempt numbers, line numbers,
 fidelity counts) and encodes Parquet while the workers parse on. Big payloads go through files, not
 the pipe: a pipe is read in 64 KiB pieces, each waiting for the GIL. If the parent dies, a worker's
 next announcement fails and it cleans up and exits.
@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import pyarrow as pa
 
 from ..errors import IngestError
 
@@ -70,8 +72,14 @@ def worker_main(argv: list[str]) -> int:
             ctx = UnitContext(path=Path(spec["path"]), companions=[], sink=Sink(spec["load_id"]), parallel=False,
                               **{k: spec[k] for k in _FIELDS})
             meta = fn(ctx, start, end)
+            names = []
+            for name, table in ctx.sink.flush():  # Arrow IPC files: the parent maps them, no copy
+                with pa.OSFile(str(tmp / f"chunk-{idx:06d}-{name}.arrow"), "wb") as sink, \
+                        pa.ipc.new_file(sink, table.schema) as w:
+                    w.write_table(table)
+                names.append(name)
             f = tmp / f"chunk-{idx:06d}.pkl"
-            f.write_bytes(pickle.dumps((ctx.sink.flush(), meta), protocol=5))
+            f.write_bytes(pickle.dumps((names, meta), protocol=5))
             out.write(f"T {f}\n")
             out.flush()
         return 0
@@ -114,8 +122,15 @@ def map_chunks(ctx, chunks: list[tuple[int, int]], module: str, function: str, w
                 raise IngestError(f"{ctx.path}: a parsing process ended without a result (exit {p.wait()})")
             f = Path(arg)
             dirs.add(f.parent)
-            payload = pickle.loads(f.read_bytes())
+            names, meta = pickle.loads(f.read_bytes())
             f.unlink()
+            tables = []
+            for name in names:
+                t = f.with_name(f"{f.stem}-{name}.arrow")
+                with pa.memory_map(str(t)) as src:
+                    tables.append((name, pa.ipc.open_file(src).read_all()))
+                t.unlink()  # the mapping stays valid until the table is dropped
+            payload = (tables, meta)
             yield payload
             payload = None
     finally:

@@ -2,7 +2,7 @@
 
 Workers run :func:`parse_chunk` on byte ranges (see ``_pipeline.py``); :func:`read_parallel` fixes up
 what depends on earlier chunks - attempt numbers (counted per chunk), ``ingest_errors.line`` (relative
-to the chunk), fidelity counts, provenance residuals keyed by attempt, and records whose provenance
+to the chunk), fidelity counts, and records whose provenance
 differs from the file's first record - and hands the tables to the open commit.
 """
 
@@ -11,12 +11,14 @@ from __future__ import annotations
 import io
 import itertools
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import IngestError
 from ._io import iter_lines
 from ._pipeline import chunk_bounds, map_chunks
+from ._rows import canonical
 from .core import UnitContext
 from .v4 import _finish, _new_state, _parse, _sidecars, read_serial
 
@@ -38,7 +40,7 @@ def parse_chunk(ctx: UnitContext, start: int, end: int) -> dict:
     lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
     return {"attempts": st.attempts, "fid": st.fid, "file_total": st.file_total, "file_dropped": st.file_dropped,
             "run_prov": st.run_prov, "run_fields": dict(ctx.run_fields), "plain": st.plain,
-            "residual": st.residual, "goals": st.goals[0], "lines": lines, "records": ctx.records,
+            "goals": st.goals[0], "lines": lines, "records": ctx.records,
             "rejected": ctx.rejected, "bytes": len(data), "any_line": st.any_line}
 
 
@@ -49,7 +51,6 @@ def read_parallel(ctx: UnitContext):
     _sidecars(ctx)
     counts: dict[str, int] = {}
     fid: dict[str, list[int]] = {}
-    residual: dict[str, dict] = {}
     run_prov = None
     file_total = file_dropped = goals = lines_before = 0
     any_line = False
@@ -76,13 +77,9 @@ def read_parallel(ctx: UnitContext):
                 i = t.schema.get_field_index("line")
                 t = t.set_column(i, "line", pc.add(t.column("line"), lines_before))
             out.append((name, t))
-        for k, v in meta["residual"].items():
-            e, _, a = k.rpartition("#")
-            residual[f"{e}#{int(a) + prior.get(e, 0)}"] = v
         if run_prov is not None and meta["run_prov"] is not None and meta["run_prov"] != run_prov:
-            for k in meta["plain"]:
-                e, _, a = k.rpartition("#")
-                residual.setdefault(f"{e}#{int(a) + prior.get(e, 0)}", {})["provenance"] = meta["run_prov"]
+            out = [(n, _fix_provenance(t, set(meta["plain"]), prior, meta["run_prov"], run_prov) if n == "episodes" else t)
+                   for n, t in out]
         for e, n in meta["attempts"].items():
             counts[e] = counts.get(e, 0) + n
         for e, (t_, c_, d_) in meta["fid"].items():
@@ -102,5 +99,22 @@ def read_parallel(ctx: UnitContext):
             ctx.on_bytes(meta["bytes"])
         ctx.ready.extend(out)
         yield
-    _finish(ctx, any_line, counts, fid, file_total, file_dropped, run_prov, goals, residual)
+    _finish(ctx, any_line, counts, fid, file_total, file_dropped, run_prov, goals)
     yield
+
+
+def _fix_provenance(t: pa.Table, plain: set[str], prior: dict, chunk_prov, run_prov) -> pa.Table:
+    """A chunk whose first record's provenance is not the file's: the records that matched the chunk's
+    provenance (``plain``, keyed with chunk-local attempts) get it in ``source_extra``, and records
+    whose provenance is the file's drop it (as the serial path would have written them)."""
+    eids = t.column("episode_id").to_pylist()
+    atts = t.column("attempt").to_pylist()
+    extra = t.column("source_extra").to_pylist()
+    for i, (e, a, x) in enumerate(zip(eids, atts, extra, strict=True)):
+        d = orjson.loads(x) if x else {}
+        if f"{e}#{a - prior.get(e, 0)}" in plain:
+            d["provenance"] = chunk_prov
+        elif d.get("provenance") == run_prov:
+            del d["provenance"]
+        extra[i] = canonical(d).decode() if d else None
+    return t.set_column(t.schema.get_field_index("source_extra"), "source_extra", pa.array(extra, pa.string()))

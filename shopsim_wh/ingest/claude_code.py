@@ -18,9 +18,10 @@ text -> ``content``, tool_use -> ``actions``, tool_result -> ``observations`` (a
 ``is_error``; results of Task calls are ``subagent_summary``). Hooks: ``hook_additional_context`` /
 ``hook_system_message`` attachments and ``<system-reminder>`` text are model-visible context
 (``observations`` of type ``hook_context``); blocking/stopping hooks become ``steps.intervention``;
-log-only outcomes (``hook_success``, non-blocking errors) go to ``runs.provenance.claude_code.hook_log``.
-Per-step model, Claude Code version and usage: ``steps.model`` / ``tokens_*``, version in
-``runs.provenance.claude_code.step_meta``. ``summary`` records are kept in
+log-only outcomes (``hook_success``, non-blocking errors) go to ``steps.metadata.hook_log`` of the step
+they follow (``runs.provenance.claude_code.hook_log`` when there is none). Per-step model, Claude Code
+version and usage: ``steps.model`` / ``tokens_*``; version, request id, message id, record uuids and
+raw usage in ``steps.metadata`` (JSON). ``summary`` records are kept in
 ``runs.provenance.claude_code.summaries``; system, progress, queue-operation, file-history-snapshot
 and unknown record types are stored verbatim in ``runs.provenance.claude_code.raw_records`` and
 counted as ``kept_raw``.
@@ -71,7 +72,7 @@ class _Agent:
 
 
 def read(ctx: UnitContext):
-    cc: dict = {"hook_log": [], "summaries": [], "raw_records": [], "step_meta": {}, "versions": []}
+    cc: dict = {"hook_log": [], "summaries": [], "raw_records": [], "versions": []}
     ctx.provenance["claude_code"] = cc
     main_recs, main_lines = read_jsonl_records(ctx, ctx.path, ctx.source_file)
     order = 0
@@ -400,6 +401,12 @@ def _emit(ctx: UnitContext, eid: str, agents: dict[str, _Agent], cc: dict) -> No
     tin = tout = 0
     n_actions = 0
     times = []
+    hooks: dict[tuple[str, int], list] = {}  # log-only hook outcomes of a step go to its steps.metadata
+    for h in cc["hook_log"]:
+        if h.get("step_idx") is not None:
+            hooks.setdefault((h["agent_id"], h["step_idx"]), []).append(
+                {k: v for k, v in h.items() if k not in ("agent_id", "step_idx")})
+    cc["hook_log"] = [h for h in cc["hook_log"] if h.get("step_idx") is None]
     models, versions = [], []
     for ag in agents.values():
         key = {"episode_id": eid, "attempt": 1, "agent_id": ag.id}
@@ -428,14 +435,15 @@ def _emit(ctx: UnitContext, eid: str, agents: dict[str, _Agent], cc: dict) -> No
                 models.append(s["model"])
             if s["version"] and s["version"] not in versions:
                 versions.append(s["version"])
-            cc["step_meta"][f"{ag.id}:{s['idx']}"] = {"version": s["version"], "request_id": s["request_id"],
-                                                      "message_id": s["msg_id"], "uuids": s["uuids"],
-                                                      "usage": u or None}
+            meta = {"version": s["version"], "request_id": s["request_id"], "message_id": s["msg_id"],
+                    "uuids": s["uuids"], "usage": u or None}
+            if (ag.id, s["idx"]) in hooks:
+                meta["hook_log"] = hooks[(ag.id, s["idx"])]
             add("steps", {**key, "step_idx": s["idx"], "seq": seq[(ag.id, s["idx"])],
                           "prompt_msg_count": s["prompt_msg_count"], "reasoning": reasoning, "content": content,
                           "finish_reason": s["stop"], "intervention": jdump(s["intervention"] or None),
                           "response_id": s["msg_id"], "model": s["model"], "tokens_in": pt, "tokens_out": ct,
-                          "started_at": s["started_at"]})
+                          "started_at": s["started_at"], "metadata": jdump(meta)})
             if not calls and content is not None:
                 add("actions", {**key, "step_idx": s["idx"], "call_idx": 0, "action": "answer",
                                 "action_type": "answer", "tool_type": None})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -34,6 +35,8 @@ from .registry import Reader, detect, get_reader
 
 FLUSH_EPISODES = 2000  # readers flush their column buffers after this many records ...
 FLUSH_BYTES = 32 * 1024 * 1024  # ... or this many input bytes, whichever comes first (flat memory)
+EARLY_HASH_BYTES = 16 * 1024 * 1024  # smaller units are hashed before parsing (cheap skip of known bytes)
+INGEST_ZSTD_LEVEL = 1  # bulk loads: zstd-1 (compaction rewrites at the warehouse's default level)
 
 
 @dataclass
@@ -242,34 +245,45 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             size = f.stat().st_size + sum(c.stat().st_size for c in comps)
             res = FileResult(str(f), reader.name, None, "landed", bytes=size)
             summary.files.append(res)
-            sha = sha256_files([f, *comps])
-            run_id = run_id_for(source or reader.name, sha)
-            res.run_id = run_id
-            if sha in by_hash:
-                res.status, res.run_id = "skipped_same_hash", by_hash[sha]
-                res.message = f"already ingested as run {by_hash[sha]}"
-                done_bytes += size
-                if progress:
-                    progress(done_bytes, total_bytes)
-                continue
+            # The hash runs in a thread (hashlib releases the GIL) while the reader parses its first batch;
+            # it decides run_id / skip before anything is written.
+            hasher = _Hasher([f, *comps])
             source_file = str(f)
-            replace = sorted(set(by_file.get(source_file, [])) | ({run_id} & w.snap.run_ids()))
-            base = done_bytes
+            unit = {}
 
-            on_bytes = _byte_counter(progress, base, size, total_bytes)
+            def decide(sha: str, res=res, reader=reader, source_file=source_file, unit=unit) -> str | None:
+                if sha in by_hash:
+                    res.status, res.run_id = "skipped_same_hash", by_hash[sha]
+                    res.message = f"already ingested as run {by_hash[sha]}"
+                    return None
+                run_id = run_id_for(source or reader.name, sha)
+                res.run_id = run_id
+                unit.update(sha=sha, replace=sorted(set(by_file.get(source_file, [])) | ({run_id} & w.snap.run_ids())))
+                return run_id
 
+            on_bytes = _byte_counter(progress, done_bytes, size, total_bytes)
             ctx = UnitContext(
-                path=f, companions=comps, source_file=source_file, run_id=run_id, load_id=load_id,
+                path=f, companions=comps, source_file=source_file, run_id="", load_id=load_id,
                 source_format=reader.name, experiment=source or reader.name, sink=Sink(load_id),
                 max_field_bytes=max_field_bytes, flush_every=flush_every, parallel=parallel, flush_bytes=flush_bytes, on_bytes=on_bytes if f.suffix not in (".gz", ".zst", ".zstd") else None,
             )
             try:
-                w.commit(_unit_batches(ctx, reader, sha, started), replace_runs=replace)
+                w.commit(_unit_batches(ctx, reader, hasher, decide, started, wait_first=size < EARLY_HASH_BYTES),
+                         replace_runs=_Lazy(unit, "replace"), compression_level=INGEST_ZSTD_LEVEL)
+            except _AlreadyIngested:
+                done_bytes += size
+                if progress:
+                    progress(done_bytes, total_bytes)
+                continue
             except (ShopsimError, OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as e:
                 res.status = "failed"
                 res.message = cap(f"{type(e).__name__}: {e}")
                 done_bytes += size
                 continue
+            finally:
+                hasher.join()
+            sha = unit["sha"]
+            run_id = res.run_id
             committed_any = True
             res.episodes, res.attempts, res.records, res.rejected = ctx.episodes, ctx.attempts, ctx.records, ctx.rejected
             by_hash[sha] = run_id
@@ -310,13 +324,74 @@ def _read_empty(ctx: UnitContext):
 _EMPTY = Reader(name="empty", description="an empty input file", sniff=lambda head, path: 0, read=_read_empty)
 
 
-def _unit_batches(ctx: UnitContext, reader, sha: str, started: datetime):
-    for _ in reader.read(ctx):
-        while ctx.ready:
-            table, tab = ctx.ready.pop(0)
-            yield table, ctx.run_id, tab
-        for table, tab in ctx.sink.flush():
-            yield table, ctx.run_id, tab
+class _AlreadyIngested(Exception):
+    pass
+
+
+class _Hasher(threading.Thread):
+    def __init__(self, paths: list[Path]):
+        super().__init__(daemon=True)
+        self.paths, self.sha, self.error = paths, None, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.sha = sha256_files(self.paths)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the ingesting thread
+            self.error = e
+
+    def result(self) -> str:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.sha
+
+
+class _Lazy:
+    """``replace_runs`` known only once the hash is: ``Writer.commit`` iterates it after the batches."""
+
+    def __init__(self, d: dict, key: str):
+        self.d, self.key = d, key
+
+    def __iter__(self):
+        return iter(self.d.get(self.key, ()))
+
+
+def _unit_batches(ctx: UnitContext, reader, hasher: _Hasher, decide, started: datetime, wait_first: bool):
+    sha = None
+    if wait_first:  # small files: no parsing for nothing when the bytes are already ingested
+        sha = hasher.result()
+        if (run_id := decide(sha)) is None:
+            raise _AlreadyIngested
+        ctx.run_id = run_id
+    it = reader.read(ctx)
+    try:
+        for _ in it:
+            if sha is None:
+                sha = hasher.result()
+                if (run_id := decide(sha)) is None:
+                    raise _AlreadyIngested
+                ctx.run_id = run_id
+            yield from _drain(ctx)
+    finally:
+        it.close()
+    if sha is None:
+        sha = hasher.result()
+        if (run_id := decide(sha)) is None:
+            raise _AlreadyIngested
+        ctx.run_id = run_id
+    yield from _finish_unit(ctx, reader, sha, started)
+
+
+def _drain(ctx: UnitContext):
+    while ctx.ready:
+        table, tab = ctx.ready.pop(0)
+        yield table, ctx.run_id, tab
+    for table, tab in ctx.sink.flush():
+        yield table, ctx.run_id, tab
+
+
+def _finish_unit(ctx: UnitContext, reader, sha: str, started: datetime):
     prov = {"ingest": {"reader": reader.name, "load_id": ctx.load_id,
                        "companions": [str(c) for c in ctx.companions]}}
     prov.update(ctx.provenance)

@@ -1,9 +1,10 @@
 """``dump_episode``: re-emit one stored episode as a ``shopsimrl-episode-v4`` record or an ATIF file.
 
-v4: rebuilt from the tables plus ``runs.provenance.v4_residual`` (what the tables cannot hold, see
-v4.py); an ingested record dumps back equal to its input except key order, timestamp formatting,
-the private goal (never stored) and the order of tools within one step's offered set (stored as a
-set: ``steps.tools_hash``), which is emitted sorted by name.
+v4: rebuilt from the tables plus ``episodes.source_extra`` (what the tables cannot hold, see v4.py;
+warehouses written before it existed: ``runs.provenance.v4_residual``); an ingested record dumps back
+equal to its input except key order, timestamp formatting and the private goal (never stored). A
+step's tools come back in the offered order (``steps.tool_schema_hashes``; without it, the set that
+hashes to ``steps.tools_hash``, sorted by name).
 
 ATIF (v1.7): one trajectory per episode; subagents are embedded in ``extra.subagent_trajectories``
 and referenced from the delegating call's observation result (``subagent_trajectory_ref``), so the
@@ -117,7 +118,7 @@ def _tool_json(t: dict) -> dict:
 
 def to_v4(ep: _Episode) -> dict:
     e = ep.episode
-    res = (ep.run_prov.get("v4_residual") or {}).get(f"{ep.eid}#{ep.attempt}", {})
+    res = _loads(e.get("source_extra")) or (ep.run_prov.get("v4_residual") or {}).get(f"{ep.eid}#{ep.attempt}", {})
     msgs = ep.of(ep.messages, "main")
     conv = []
     for m in msgs:
@@ -165,8 +166,12 @@ def to_v4(ep: _Episode) -> dict:
         pf = (res.get("policy_failure") or {}).get(si) or ({"code": s["policy_failure"]} if s["policy_failure"] else None)
         tools = None
         if i not in (res.get("no_tools") or []):
-            members = sets.get(s["tools_hash"]) if s["tools_hash"] else None
-            tools = sorted((_tool_json(by_hash[h]) for h in members or []), key=lambda t: t["function"]["name"])
+            exact = _loads(s.get("tool_schema_hashes"))
+            if exact is not None and all(h in by_hash for h in exact):
+                tools = [_tool_json(by_hash[h]) for h in exact]  # the offered order
+            else:  # older warehouses: the set that hashes to tools_hash, sorted by name
+                members = sets.get(s["tools_hash"]) if s["tools_hash"] else None
+                tools = sorted((_tool_json(by_hash[h]) for h in members or []), key=lambda t: t["function"]["name"])
         step = {"step": (res.get("step_numbers") or {}).get(si, i),
                 "observation_state": _loads(s["observation_state"]), "tools": tools, "thinking": s["reasoning"],
                 "content": s["content"], "tool_call": tc,

@@ -12,8 +12,8 @@ Privacy: the private goal is read only from ``final.goal`` and only to compute
 ``runs.provenance.ingest.private_goals_stripped``.
 
 Fields the tables cannot hold (unknown keys, a record's provenance when it differs from the run's,
-the reset observation text) go into ``runs.provenance.v4_residual`` keyed ``episode_id#attempt``,
-only when present, so that ``dump_episode(..., "shopsimrl-v4")`` re-emits the record.
+the reset observation text) go into ``episodes.source_extra`` of the attempt (JSON, sorted keys; NULL
+when there is nothing), so that ``dump_episode(..., "shopsimrl-v4")`` re-emits the record.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import orjson
 
 from ._io import iter_lines, open_binary
 from ._json import RecordError, parse_record
-from ._rows import jdump, tool_schema_hash, tools_set_hash
+from ._rows import canonical, jdump, tool_schema_hash, tools_set_hash
 from .core import UnitContext
 from .registry import Reader, key_re, register
 
@@ -155,7 +155,6 @@ class _State:
         self.file_total = 0
         self.file_dropped = 0
         self.run_prov = None
-        self.residual: dict[str, dict] = {}
         self.goals = [0]
         self.tool_hash_cache: dict[bytes, tuple] = {}
         self.any_line = False
@@ -187,8 +186,7 @@ def read_serial(ctx: UnitContext):
     _sidecars(ctx)
     with open_binary(ctx.path) as f:
         yield from _parse(ctx, st, iter_lines(f, ctx.on_bytes))
-    _finish(ctx, st.any_line, st.attempts, st.fid, st.file_total, st.file_dropped, st.run_prov, st.goals[0],
-            st.residual)
+    _finish(ctx, st.any_line, st.attempts, st.fid, st.file_total, st.file_dropped, st.run_prov, st.goals[0])
     yield
 
 
@@ -233,7 +231,7 @@ def _parse(ctx: UnitContext, st: _State, lines, offset_base: int = 0):
             yield
 
 
-def _finish(ctx, any_line, attempts, fid, file_total, file_dropped, run_prov, goals, residual) -> None:
+def _finish(ctx, any_line, attempts, fid, file_total, file_dropped, run_prov, goals) -> None:
     if not any_line:
         ctx.error(None, 0, "empty_file", "the file holds no records")
     ctx.episodes = len(attempts)
@@ -244,8 +242,6 @@ def _finish(ctx, any_line, attempts, fid, file_total, file_dropped, run_prov, go
     prov = ctx.provenance.setdefault("v4", {})
     prov["record_provenance"] = run_prov
     prov["private_goals_stripped"] = goals
-    if residual:
-        ctx.provenance["v4_residual"] = residual
 
 
 def _peek_episode(line: bytes) -> str | None:
@@ -385,22 +381,28 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
             tin = (tin or 0) + pt
         if ct is not None:
             tout = (tout or 0) + ct
-        hashes = []
-        for t in s.get("tools") or []:
-            raw = orjson.dumps(t)
+        tl = s.get("tools")
+        set_hash = hashes_json = None
+        if tl is not None:
+            # one cache entry per offered tool list (runtimes repeat the same lists): hashes, rows, set hash
+            raw = orjson.dumps(tl)
             hit = cache.get(raw)
             if hit is None:
-                fn = t.get("function") if isinstance(t, dict) and isinstance(t.get("function"), dict) else t
-                name, desc, params = fn.get("name"), fn.get("description"), fn.get("parameters")
-                hit = (tool_schema_hash(name, desc, params), name, desc, jdump(params))
+                rows = []
+                for t in tl:
+                    fn = t.get("function") if isinstance(t, dict) and isinstance(t.get("function"), dict) else t
+                    name, desc, params = fn.get("name"), fn.get("description"), fn.get("parameters")
+                    rows.append((tool_schema_hash(name, desc, params), name, desc, jdump(params)))
+                hs = [r[0] for r in rows]
+                hit = (rows, tools_set_hash(hs), jdump(hs))
                 if len(cache) > 4096:
                     cache.clear()
                 cache[raw] = hit
-            h = hit[0]
-            hashes.append(h)
-            if h not in tools_seen:
-                tools_seen.add(h)
-                st.t_tools.append((eid, attempt, "main", hit[1], hit[2], hit[3], "execution", h))
+            for h, name, desc, params_s in hit[0]:
+                if h not in tools_seen:
+                    tools_seen.add(h)
+                    st.t_tools.append((eid, attempt, "main", name, desc, params_s, "execution", h))
+            set_hash, hashes_json = hit[1], hit[2]
         pe = s.get("protocol_error")
         if pe:
             n_proto += 1
@@ -412,11 +414,10 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
         st.t_steps.append((
             eid, attempt, "main", i, i, state.get("page") if isinstance(state, dict) else None, jdump(state),
             assistant_at[i] if i < len(assistant_at) else None,
-            tools_set_hash(hashes) if sg("tools") is not None else None,
-            jdump(hashes) if sg("tools") is not None else None, sg("thinking"), sg("content"),
+            set_hash, hashes_json, sg("thinking"), sg("content"),
             sg("finish_reason"), pe, sg("protocol_feedback"), pf_code, None, jdump(sg("raw_response")),
             sg("response_id"), sg("model"), sg("seed"), pt, ct, sg("latency_ms"), sg("started_at"), None))
-        if "tools" not in s:
+        if tl is None and "tools" not in s:
             residual.setdefault("no_tools", []).append(i)
         tc = s.get("tool_call")
         env = s.get("environment")
@@ -481,6 +482,17 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
     add("agents", {**mkey, "parent_agent_id": None, "agent_role": "main", "agent_type": None,
                    "spawned_by_call_id": None, "depth": 0,
                    "model": next((s.get("model") for s in steps if s.get("model")), None)})
+    if err:
+        if set(err) - ERROR_KEYS:
+            residual["error_extra"] = {k: v for k, v in err.items() if k not in ERROR_KEYS}
+        add("failures", {**key, "stage": err.get("stage"), "exception_type": err.get("type"),
+                         "message": err.get("message"), "traceback": err.get("traceback"),
+                         "occurred_at": rec.get("finished_at")})
+    for k in ("reset", "selected_skills", "conversation", "steps", "error", "provenance"):
+        if k not in rec:
+            residual.setdefault("absent", []).append(k)
+        elif rec[k] is None:
+            residual.setdefault("null", []).append(k)
     add("episodes", {**key, **ctx.episode_common(), "task_id": task_id, "sample_id": sample_id,
                      "seed": job.get("seed"), "split": job.get("split"), "status": rec["status"],
                      "done": final.get("done"), "reward": _num(final.get("reward"), "final.reward"),
@@ -493,20 +505,8 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
                      "skill_ids": jdump([sk.get("id") for sk in rec.get("selected_skills") or []]),
                      "error_stage": err.get("stage"), "error_type": err.get("type"),
                      "error_message": err.get("message"), "started_at": rec.get("started_at"),
-                     "finished_at": rec.get("finished_at"), "duration_s": rec.get("duration_s")})
-    if err:
-        if set(err) - ERROR_KEYS:
-            residual["error_extra"] = {k: v for k, v in err.items() if k not in ERROR_KEYS}
-        add("failures", {**key, "stage": err.get("stage"), "exception_type": err.get("type"),
-                         "message": err.get("message"), "traceback": err.get("traceback"),
-                         "occurred_at": rec.get("finished_at")})
-    for k in ("reset", "selected_skills", "conversation", "steps", "error", "provenance"):
-        if k not in rec:
-            residual.setdefault("absent", []).append(k)
-        elif rec[k] is None:
-            residual.setdefault("null", []).append(k)
-    if residual:
-        st.residual[f"{eid}#{attempt}"] = residual
+                     "finished_at": rec.get("finished_at"), "duration_s": rec.get("duration_s"),
+                     "source_extra": canonical(residual).decode() if residual else None})
 
 
 register(Reader(name="shopsimrl-v4", description="shopsimrl-episode-v4 JSONL (traces.jsonl)", sniff=sniff, read=read))
