@@ -1,0 +1,43 @@
+-- paired_deltas(bare_run, treatment_run): the pairs of the paired bare-vs-skill gate (seed 000 §3).
+-- grain: one row per job (task_id, sample_id) completed in both runs. key: (task_id, sample_id)
+-- R_i = the treatment episode's reward, B_i = the bare episode's reward, delta = R_i - B_i;
+-- skills = the skill ids selected for the treatment episode (skills_selected; [] when none), sorted.
+-- The gate's default covariates C_i are indicators list_contains(skills, '<skill id>'); shopsim_wh.analytics.gate
+-- sums X'X and X'y over these rows in SQL. Failed episodes are never paired (a failure is not a reward of 0).
+-- DuckDB-specific: table macro, list(... ORDER BY ...).
+CREATE OR REPLACE MACRO paired_deltas(bare_run, treatment_run) AS TABLE
+WITH bare AS (
+    SELECT task_id, sample_id, episode_id, reward
+    FROM episodes
+    WHERE run_id = bare_run AND status = 'completed' AND task_id IS NOT NULL AND reward IS NOT NULL
+),
+
+treated AS (
+    SELECT task_id, sample_id, episode_id, reward
+    FROM episodes
+    WHERE run_id = treatment_run AND status = 'completed' AND task_id IS NOT NULL AND reward IS NOT NULL
+),
+
+selected AS (
+    SELECT episode_id, list(skill_id ORDER BY skill_id) AS skills
+    FROM skills_selected
+    WHERE run_id = treatment_run
+    GROUP BY episode_id
+),
+
+final AS (
+    SELECT
+        t.task_id,
+        t.sample_id,
+        b.episode_id AS bare_episode_id,
+        t.episode_id AS treatment_episode_id,
+        t.reward AS R_i,
+        b.reward AS B_i,
+        t.reward - b.reward AS delta,
+        coalesce(s.skills, CAST([] AS VARCHAR[])) AS skills
+    FROM treated AS t
+    JOIN bare AS b ON b.task_id = t.task_id AND b.sample_id = t.sample_id
+    LEFT JOIN selected AS s ON s.episode_id = t.episode_id
+)
+
+SELECT * FROM final;

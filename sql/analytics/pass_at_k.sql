@@ -1,0 +1,53 @@
+-- pass_at_k_estimate(n, c, k): the unbiased pass@k estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021) for
+-- a task with n samples of which c succeeded; computed as 1 - exp(lgamma(n-c+1) + lgamma(n-k+1) - lgamma(n-c-k+1)
+-- - lgamma(n+1)) so that large n does not overflow. With fewer samples than k (n < k) it falls back to "any of
+-- the n succeeded" (1 if c > 0 else 0), which is what the estimator tends to as n -> k.
+-- DuckDB-specific: scalar macro, lgamma.
+CREATE OR REPLACE MACRO pass_at_k_estimate(n, c, k) AS
+    CASE
+        WHEN n IS NULL OR c IS NULL OR k IS NULL OR n <= 0 OR k <= 0 THEN NULL
+        WHEN c <= 0 THEN CAST(0 AS DOUBLE)
+        WHEN n - c < k THEN CAST(1 AS DOUBLE)
+        ELSE 1 - exp(lgamma(n - c + 1) + lgamma(n - k + 1) - lgamma(n - c - k + 1) - lgamma(n + 1))
+    END;
+
+-- pass_at_k(k): per (run, task) the unbiased pass@k over the task's completed samples, success = r_success = 1.
+-- grain: one row per (run_id, task_id) with a task id. key: (run_id, task_id)
+CREATE OR REPLACE MACRO pass_at_k(k) AS TABLE
+WITH per_task AS (
+    SELECT
+        run_id, task_id,
+        count(*) AS n,
+        sum(CASE WHEN r_success = 1 THEN 1 ELSE 0 END) AS c
+    FROM episodes
+    WHERE status = 'completed' AND task_id IS NOT NULL
+    GROUP BY run_id, task_id
+),
+
+final AS (
+    SELECT run_id, task_id, n, c, k AS k, pass_at_k_estimate(n, c, k) AS pass_at_k
+    FROM per_task
+)
+
+SELECT * FROM final;
+
+-- run_pass_at_k(k): per run, the mean over tasks of pass_at_k(k); tasks_short = tasks with fewer than k
+-- completed samples (their estimate falls back to "any success").
+-- grain: one row per run with task ids. key: run_id
+CREATE OR REPLACE MACRO run_pass_at_k(k) AS TABLE
+WITH per_task AS (
+    SELECT * FROM pass_at_k(k)
+),
+
+final AS (
+    SELECT
+        run_id,
+        k AS k,
+        count(*) AS tasks,
+        sum(CASE WHEN n < k THEN 1 ELSE 0 END) AS tasks_short,
+        avg(pass_at_k) AS pass_at_k
+    FROM per_task
+    GROUP BY run_id
+)
+
+SELECT * FROM final;

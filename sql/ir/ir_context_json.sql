@@ -1,0 +1,33 @@
+-- ir_context_json(run_id, episode_id, agent_id, step_idx, k): ir_context as one OpenAI message list.
+-- grain: one row. columns: messages (JSON array of {role, content[, reasoning_content][, tool_calls]
+-- [, tool_call_id][, name]}), n_messages, est_tokens.
+-- tool_calls is embedded as JSON (not as a string); keys with NULL values are left out.
+-- DuckDB-specific: table macro, json_object / json_merge_patch, list(... ORDER BY ...) / to_json.
+CREATE OR REPLACE MACRO ir_context_json(p_run_id, p_episode_id, p_agent_id, p_step_idx, k) AS TABLE
+WITH ctx AS (
+    SELECT * FROM ir_context(p_run_id, p_episode_id, p_agent_id, p_step_idx, k)
+),
+
+as_json AS (
+    SELECT
+        position,
+        est_tokens,
+        json_merge_patch(
+            json_object('role', role, 'content', content),
+            CASE WHEN reasoning_content IS NOT NULL THEN json_object('reasoning_content', reasoning_content) ELSE json('{}') END,
+            CASE WHEN tool_calls IS NOT NULL THEN json_object('tool_calls', json(tool_calls)) ELSE json('{}') END,
+            CASE WHEN tool_call_id IS NOT NULL THEN json_object('tool_call_id', tool_call_id) ELSE json('{}') END,
+            CASE WHEN name IS NOT NULL THEN json_object('name', name) ELSE json('{}') END
+        ) AS message
+    FROM ctx
+),
+
+final AS (
+    SELECT
+        coalesce(CAST(to_json(list(message ORDER BY position)) AS JSON), json('[]')) AS messages,
+        count(*) AS n_messages,
+        coalesce(sum(est_tokens), 0) AS est_tokens
+    FROM as_json
+)
+
+SELECT * FROM final;
