@@ -21,9 +21,10 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .errors import WarehouseError
-from .schema import PARTITION_KEY, TABLES
+from .schema import PARTITION_KEY, SCHEMA_VERSION, TABLES
 from .warehouse import Snapshot, Warehouse
 
 LAYERS = ("base", "ir", "analytics", "exports")
@@ -59,18 +60,30 @@ def sql_files() -> list[Path]:
     return [f for layer in LAYERS for f in sorted((root / layer).glob("*.sql"))]
 
 
+def _null(c) -> str:
+    return f"CAST(NULL AS {_DUCK_TYPES[c.type]}) AS {ident(c.name)}"
+
+
 def staging_sql(wh: Warehouse, snap: Snapshot, table: str) -> str:
+    """SELECT over exactly the snapshot's files of a table, columns in declared order.
+
+    Files written under the current schema version are read as they are; when older files are present
+    they are read by name and a column no file has yet (added by a later version) reads as NULL.
+    """
     spec = TABLES[table]
     entries = snap.files(table)
     if not entries:
-        cols = [f"CAST(NULL AS VARCHAR) AS {PARTITION_KEY}"] + [
-            f"CAST(NULL AS {_DUCK_TYPES[c.type]}) AS {ident(c.name)}" for c in spec.columns
-        ]
-        return f"SELECT {', '.join(cols)} WHERE false"
+        return f"SELECT CAST(NULL AS VARCHAR) AS {PARTITION_KEY}, {', '.join(_null(c) for c in spec.columns)} WHERE false"
     paths = ", ".join(sql_string(str(wh.abspath(e).resolve())) for e in entries)
+    current = all(e.schema_version == SCHEMA_VERSION for e in entries)
+    present = set(spec.column_names) if current else set().union(*(
+        set(spec.column_names) if e.schema_version == SCHEMA_VERSION else set(pq.read_schema(wh.abspath(e)).names)
+        for e in entries))
+    cols = ", ".join(ident(c.name) if c.name in present else _null(c) for c in spec.columns)
     return (
-        f"SELECT {PARTITION_KEY}, * EXCLUDE ({PARTITION_KEY}) FROM read_parquet([{paths}], "
-        f"hive_partitioning = true, hive_types = {{'{PARTITION_KEY}': VARCHAR}}, union_by_name = true)"
+        f"SELECT {PARTITION_KEY}, {cols} FROM read_parquet([{paths}], "
+        f"hive_partitioning = true, hive_types = {{'{PARTITION_KEY}': VARCHAR}}"
+        f"{'' if current else ', union_by_name = true'})"
     )
 
 
@@ -122,6 +135,7 @@ def connect(root: str | os.PathLike, database: str = ":memory:", threads: int | 
     """Open DuckDB with every warehouse view installed (reads the current snapshot once)."""
     wh = Warehouse(root)
     con = duckdb.connect(database)
+    con.execute("SET parquet_metadata_cache = true")  # footers are read once per connection, not per query
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     install_views(con, wh)

@@ -12,7 +12,10 @@
     ├── EnvironmentError_             shop environment server problems
     │   ├── EnvProtocolError          server answered something the protocol does not allow
     │   └── ObservationVersionError   observation_version this client does not know
-    └── IngestError                   a whole input could not be read (record-level problems become rows)
+    ├── IngestError                   a whole input could not be read (record-level problems become rows)
+    └── GateError                     (shopsim_wh.analytics.gate) the paired gate cannot produce a result
+        ├── GateRefused               the runs must not be paired (fingerprints differ beyond skills, no checkpoint id)
+        └── GateDataError             the pairs cannot be fitted (no pairs, empty/collinear covariates, equal deltas)
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
 PARTITION_KEY = "run_id"
 # Columns written with Parquet dictionary encoding: the low-cardinality ones (ids, enums). On free text it
 # is tried, abandoned after the first dictionary page and costs time for nothing.

@@ -88,10 +88,11 @@ class FileEntry:
     rows: int
     bytes: int
     compacted: bool = False
+    schema_version: int = 0  # the schema the file was written with (0: unknown, from an older snapshot)
 
     def as_json(self) -> dict:
         return {"path": self.path, "run_id": self.run_id, "rows": self.rows, "bytes": self.bytes,
-                "compacted": self.compacted}
+                "compacted": self.compacted, "schema_version": self.schema_version}
 
 
 @dataclass
@@ -218,7 +219,8 @@ class Writer:
         final_dir.mkdir(parents=True, exist_ok=True)
         os.replace(staged, final_dir / name)
         _fsync_dir(final_dir)
-        return FileEntry(f"{rel_dir}/{name}", run_id, data.num_rows, (final_dir / name).stat().st_size, compacted)
+        return FileEntry(f"{rel_dir}/{name}", run_id, data.num_rows, (final_dir / name).stat().st_size, compacted,
+                         SCHEMA_VERSION)
 
     def _publish(self, snap: Snapshot) -> None:
         snap.version = self.snap.version + 1

@@ -141,3 +141,25 @@ def test_rows_round_trip_through_parquet_and_duckdb(tmp_path_factory, rows):
 def test_every_table_has_lineage_columns():
     for t in TABLES.values():
         assert {"load_id", "schema_version"} <= set(t.column_names), t.name
+
+
+def test_files_of_an_older_schema_read_with_new_columns_as_null(warehouse):
+    """A warehouse written before a column existed stays readable: the column reads as NULL."""
+    import json
+
+    wh = Warehouse(warehouse)
+    with wh.writer() as w:
+        w.commit(_batch("old", 0))
+    # rewrite the step file without a column added in schema version 2 and mark it as written by version 1
+    snap_path = warehouse / "_catalog" / f"snapshot-{wh.snapshot().version:06d}.json"
+    doc = json.loads(snap_path.read_text())
+    entry = doc["tables"]["steps"][0]
+    f = warehouse / entry["path"]
+    pq.write_table(pq.read_table(f).drop_columns(["tool_schema_hashes", "metadata"]), f)
+    entry["schema_version"] = 1
+    snap_path.write_text(json.dumps(doc))
+    con = connect(warehouse)
+    assert con.execute("select count(*), count(metadata), count(step_idx) from stg_steps").fetchone() == (3, 0, 3)
+    with wh.writer() as w:  # new files beside old ones
+        w.commit(_batch("new", 1))
+    assert connect(warehouse).execute("select count(*) from stg_steps").fetchone()[0] == 6

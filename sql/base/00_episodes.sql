@@ -3,20 +3,29 @@
 CREATE OR REPLACE VIEW episode_attempts AS
 SELECT * FROM stg_episodes;
 
+-- grain: one row per episode that was tried more than once, with its last attempt
+-- key: (run_id, episode_id). Attempts are numbered 1, 2, ... so every other episode's last attempt is 1;
+-- the views below join to this (small) view instead of ranking every episode.
+CREATE OR REPLACE VIEW retried_episodes AS
+SELECT run_id, episode_id, max(attempt) AS last_attempt
+FROM stg_episodes
+WHERE attempt > 1
+GROUP BY run_id, episode_id;
+
 -- grain: one row per episode: its last attempt within the run
 -- key: (run_id, episode_id)
 -- adds the derived reward facts of spec §3: r_hard (product of the components, a missing r_option
 -- counting as 1), r_success (every component equals 1) and r_loose (= reward).
 CREATE OR REPLACE VIEW episodes AS
-WITH ranked AS (
-    SELECT
-        e.*,
-        row_number() OVER (PARTITION BY run_id, episode_id ORDER BY attempt DESC) AS attempt_rank
+WITH final_attempt AS (
+    SELECT e.*
     FROM stg_episodes AS e
+    LEFT JOIN retried_episodes AS r ON r.run_id = e.run_id AND r.episode_id = e.episode_id
+    WHERE e.attempt = coalesce(r.last_attempt, 1)
 ),
 final AS (
     SELECT
-        * EXCLUDE (attempt_rank),
+        *,
         r_type * r_att * coalesce(r_option, CAST(1 AS DOUBLE)) * r_price AS r_hard,
         CASE
             WHEN reward IS NULL THEN NULL
@@ -24,13 +33,10 @@ final AS (
             ELSE CAST(0 AS DOUBLE)
         END AS r_success,
         reward AS r_loose
-    FROM ranked
-    WHERE attempt_rank = 1
+    FROM final_attempt
 )
 SELECT * FROM final;
 
 -- grain: one row per episode: the (run_id, episode_id, attempt) that the `episodes` view keeps
 CREATE OR REPLACE VIEW final_attempts AS
-SELECT run_id, episode_id, max(attempt) AS attempt
-FROM stg_episodes
-GROUP BY run_id, episode_id;
+SELECT run_id, episode_id, attempt FROM episodes;

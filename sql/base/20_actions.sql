@@ -3,5 +3,5 @@
 CREATE OR REPLACE VIEW actions AS
 SELECT t.*
 FROM stg_actions AS t
-JOIN final_attempts AS f
-  ON t.run_id = f.run_id AND t.episode_id = f.episode_id AND t.attempt = f.attempt;
+LEFT JOIN retried_episodes AS r ON r.run_id = t.run_id AND r.episode_id = t.episode_id
+WHERE t.attempt = coalesce(r.last_attempt, 1);
