@@ -14,47 +14,26 @@ from typing import Any
 import duckdb
 
 SUMMARY_SQL = """
-WITH planned AS (
-    SELECT run_id, experiment, planned_episodes FROM runs
-),
-eps AS (
-    SELECT * FROM episodes WHERE ($experiment IS NULL OR experiment = $experiment OR run_id = $experiment)
-),
-per_run AS (
-    SELECT
-        run_id,
-        count(*) FILTER (WHERE status = 'completed') AS completed,
-        count(*) FILTER (WHERE status = 'failed') AS failed,
-        avg(reward) FILTER (WHERE status = 'completed') AS reward_mean,
-        stddev_samp(reward) FILTER (WHERE status = 'completed')
-            / sqrt(count(*) FILTER (WHERE status = 'completed')) AS reward_sem,
-        avg(r_type) AS r_type, avg(r_att) AS r_att, avg(r_option) AS r_option, avg(r_price) AS r_price,
-        avg(r_hard) AS r_hard, avg(r_success) AS success_rate,
-        avg(CAST(right_product AS DOUBLE)) AS right_product,
-        avg(model_steps) AS mean_model_steps,
-        avg(total_actions) AS mean_actions,
-        sum(invalid_actions) / nullif(sum(total_actions), 0) AS invalid_action_rate,
-        sum(protocol_errors) / nullif(sum(model_steps), 0) AS protocol_error_rate,
-        sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,
-        sum(duration_s) AS episode_seconds
-    FROM eps GROUP BY run_id
-),
-reasons AS (
-    SELECT run_id, string_agg(termination_reason || '=' || n, ', ' ORDER BY n DESC, termination_reason) AS termination_reasons
-    FROM (SELECT run_id, coalesce(termination_reason, status) AS termination_reason, count(*) AS n FROM eps GROUP BY 1, 2)
+SELECT m.*, t.termination_reasons, f.failures
+FROM run_metrics AS m
+LEFT JOIN (
+    SELECT run_id, string_agg(reason || '=' || n, ', ' ORDER BY n DESC, reason) AS termination_reasons
+    FROM (SELECT run_id, coalesce(termination_reason, status) AS reason, count(*) AS n FROM episodes GROUP BY 1, 2)
     GROUP BY run_id
-),
-final AS (
-    SELECT p.run_id, p.planned_episodes AS planned, r.completed, r.failed,
-           r.completed / nullif(p.planned_episodes, 0) AS coverage,
-           r.* EXCLUDE (run_id, completed, failed), t.termination_reasons
-    FROM per_run r JOIN planned p USING (run_id) LEFT JOIN reasons t USING (run_id)
-)
-SELECT * FROM final ORDER BY run_id
+) AS t USING (run_id)
+LEFT JOIN (  -- failures of the episodes still failed (their last attempt), by stage and exception type
+    SELECT run_id, string_agg(kind || '=' || n, ', ' ORDER BY n DESC, kind) AS failures
+    FROM (SELECT e.run_id, e.error_stage || ':' || e.error_type AS kind, count(*) AS n
+          FROM episodes AS e WHERE e.status = 'failed' GROUP BY 1, 2)
+    GROUP BY run_id
+) AS f USING (run_id)
+WHERE $experiment IS NULL OR m.experiment = $experiment OR m.run_id = $experiment
+ORDER BY m.run_id
 """
 
 
 def summarize(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -> list[dict]:
+    """One dict per run: the `run_metrics` row plus the termination reasons as text."""
     rel = con.execute(SUMMARY_SQL, {"experiment": experiment})
     cols = [d[0] for d in rel.description]
     return [dict(zip(cols, r, strict=True)) for r in rel.fetchall()]
@@ -69,16 +48,19 @@ def format_summary(rows: list[dict]) -> str:
             v = r.get(key)
             return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{float(v):.{digits}f}"
 
+        passk = f"   pass@{r['repeats']} {f('pass_at_k')}" if (r.get("repeats") or 1) > 1 else ""
         out.append(
             f"run {r['run_id']}: planned {r['planned']}, completed {r['completed']}, failed {r['failed']} "
             f"(coverage {f('coverage')})\n"
-            f"  reward {f('reward_mean')} ± {f('reward_sem')} (SEM)   success {f('success_rate')}   r_hard {f('r_hard')}   "
-            f"right product {f('right_product')}\n"
-            f"  r_type {f('r_type')}  r_att {f('r_att')}  r_option {f('r_option')}  r_price {f('r_price')}\n"
-            f"  mean model steps {f('mean_model_steps', 2)}   mean env actions {f('mean_actions', 2)}   "
+            f"  reward {f('reward_mean')} ± {f('reward_sem')} (SEM)   success {f('r_success_mean')}   "
+            f"r_hard {f('r_hard_mean')}   right product {f('right_product_rate')}{passk}\n"
+            f"  r_type {f('r_type_mean')}  r_att {f('r_att_mean')}  r_option {f('r_option_mean')}  r_price {f('r_price_mean')}\n"
+            f"  mean model steps {f('mean_model_steps', 2)}   mean env actions {f('mean_steps', 2)}   "
             f"invalid-action rate {f('invalid_action_rate')}   protocol-error rate {f('protocol_error_rate')}\n"
             f"  termination: {r['termination_reasons']}\n"
-            f"  tokens in/out {r['tokens_in']}/{r['tokens_out']}   episode wall time {f('episode_seconds', 1)} s"
+            + (f"  failures: {r['failures']} (details: select * from failures)\n" if r.get("failures") else "")
+            + f"  tokens in/out per episode {f('tokens_in_mean', 0)}/{f('tokens_out_mean', 0)}   "
+            f"wall time per episode {f('wall_time_mean_s', 3)} s (total {f('wall_time_total_s', 1)} s)"
         )
     return "\n".join(out)
 

@@ -147,6 +147,10 @@ def test_failures_are_recorded_leases_released_and_resume_retries_them(tmp_path,
         assert stats["active_leases"] == 0 and stats["leases_released"] == stats["leases_opened"] == 3
         con = connect(warehouse)
         assert con.execute("select status, reward, error_stage from episodes").fetchall() == [("failed", None, "model")] * 3
+        from shopsim_wh.summary import format_summary, summarize
+
+        text = format_summary(summarize(con, "t"))
+        assert "completed 0, failed 3" in text and "failures: model:ModelUnavailable=3" in text
         f = con.execute("select stage, exception_type, message, traceback from failures").fetchall()
         assert len(f) == 3 and f[0][0] == "model" and f[0][1] == "ModelUnavailable" and "Traceback" in f[0][3]
         # resume against a working model server: failed episodes are re-run as attempt 2
