@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 
@@ -44,3 +46,26 @@ def serve_asgi(app) -> Iterator[str]:
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Path:
     return tmp_path / "wh"
+
+
+def run_in_app(coro_fn, app=None):
+    """Run ``coro_fn(client)`` against ``app`` (a fresh embedded simulator if None) through httpx.ASGITransport."""
+    from shopsim_wh.sim.server import create_app
+
+    app = app or create_app()
+
+    async def main():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as client:
+            return await coro_fn(client)
+
+    return asyncio.run(main())
+
+
+async def read_body(receive) -> bytes:
+    """The whole request body of an ASGI http scope."""
+    body = b""
+    while True:
+        msg = await receive()
+        body += msg.get("body", b"")
+        if not msg.get("more_body"):
+            return body

@@ -9,7 +9,7 @@ from shopsim_wh.config import load_config
 from shopsim_wh.db import connect
 from shopsim_wh.sim.server import create_app
 
-from .conftest import serve_asgi
+from .conftest import read_body, serve_asgi
 from .helpers import write_config
 
 
@@ -22,12 +22,7 @@ class Recording:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or not scope["path"].endswith("/chat/completions"):
             return await self.app(scope, receive, send)
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         self.requests.append(json.loads(body))
         sent = False
 

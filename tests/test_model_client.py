@@ -11,7 +11,7 @@ import pytest
 from shopsim_wh.errors import ModelHTTPError, ModelUnavailable
 from shopsim_wh.model import ChatModel
 
-from .conftest import serve_asgi
+from .conftest import read_body, serve_asgi
 
 OK = {"id": "chatcmpl-1", "model": "m", "choices": [{"finish_reason": "tool_calls", "message": {
     "role": "assistant", "content": None, "reasoning_content": "think",
@@ -28,12 +28,7 @@ class Scripted:
         self.auth: list[str | None] = []
 
     async def __call__(self, scope, receive, send):
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         self.bodies.append(json.loads(body))
         self.auth.append(dict(scope["headers"]).get(b"authorization", b"").decode() or None)
         status, headers = self.script.pop(0) if self.script else (200, {})

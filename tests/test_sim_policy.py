@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import ast
-import asyncio
 import json
 import pathlib
 import statistics
 
-import httpx
 import pytest
 
 from shopsim_wh.sim import policy as policy_mod
@@ -16,6 +14,8 @@ from shopsim_wh.sim import shopper as shopper_mod
 from shopsim_wh.sim.policy import FAILURE_KINDS, PROFILES, PolicyConfig, effective_params
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.sim.tasks import generate_tasks, load_default_split_manifest
+
+from .conftest import run_in_app
 
 TASKS = generate_tasks(0)
 VAL = load_default_split_manifest()["val"]
@@ -39,14 +39,7 @@ def tools_for(state: dict) -> list[dict]:
     return tools
 
 
-def run(coro_fn, app=None):
-    app = app or create_app()
-
-    async def main():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as client:
-            return await coro_fn(client)
-
-    return asyncio.run(main())
+run = run_in_app
 
 
 async def first_request(c, task_id: int, system: str = SYSTEM, model: str = "scripted-strong", **extra) -> dict:

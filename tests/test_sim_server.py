@@ -17,20 +17,14 @@ import shopsim_wh.sim
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.sim.tasks import generate_tasks, load_default_split_manifest
 
+from .conftest import run_in_app
+
 TASKS = generate_tasks(0)
 TASK = TASKS.by_id[load_default_split_manifest()["val"][0]]
 SIG = TASK.goal.goal_signature
 
 
-def run(coro_fn, app=None):
-    """Run ``coro_fn(client)`` against ``app`` (a fresh default app if None) through httpx.ASGITransport."""
-    app = app or create_app()
-
-    async def main():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as client:
-            return await coro_fn(client)
-
-    return asyncio.run(main())
+run = run_in_app
 
 
 async def _goal_path(client, lease: str, task) -> list[httpx.Response]:
