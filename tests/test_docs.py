@@ -26,3 +26,13 @@ def test_every_column_and_config_key_is_documented():
                 "environment.dialect", "skills.path", "skills.mask_rate", "runtime.action_limit", "output.warehouse"):
         assert f"`{key}`" in config
     assert Config.model_config["extra"] == "forbid"
+
+
+def test_every_sql_file_states_its_grain():
+    from shopsim_wh.db import sql_files
+
+    files = sql_files()
+    assert len(files) > 20
+    for f in files:
+        head = "\n".join(f.read_text().splitlines()[:6]).lower()
+        assert head.startswith("--") and "grain" in head, f"{f} must open with a comment stating its grain"

@@ -1,3 +1,5 @@
+-- grain: pass_at_k_estimate is a scalar macro (one value per call); pass_at_k(k) and run_pass_at_k(k) are
+-- table macros whose grain is stated above each.
 -- pass_at_k_estimate(n, c, k): the unbiased pass@k estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021) for
 -- a task with n samples of which c succeeded; computed as 1 - exp(lgamma(n-c+1) + lgamma(n-k+1) - lgamma(n-c-k+1)
 -- - lgamma(n+1)) so that large n does not overflow. With fewer samples than k (n < k) it falls back to "any of
