@@ -185,3 +185,26 @@ def test_no_api_key_and_no_private_goal_in_any_written_file(tmp_path, warehouse,
     for f in warehouse.rglob("*"):
         if f.is_file() and f.suffix != ".parquet":
             assert canary not in f.read_text(errors="ignore")
+
+
+class Unauthorized:
+    """A model server that rejects every request with 401."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def __call__(self, scope, receive, send):
+        self.calls += 1
+        await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b'{"error": {"message": "invalid api key"}}'})
+
+
+def test_a_config_error_from_the_model_server_stops_the_run(tmp_path, warehouse):
+    model = Unauthorized()
+    with serve_asgi(create_app(seed=0)) as env_url, serve_asgi(model) as bad_url:
+        res = _run(tmp_path, warehouse, tasks={"sample_size": 40}, runtime={"concurrency": 2},
+                   environment={"url": env_url}, model={"base_url": bad_url + "/v1"})
+    assert res.fatal and "401" in res.fatal and "api_key_env" in res.fatal
+    assert res.attempted < 40 and model.calls == res.attempted  # not retried, and the rest never started
+    con = connect(warehouse)
+    assert con.execute("select count(*) from failures where exception_type = 'ModelHTTPError'").fetchone()[0] == res.attempted
