@@ -68,3 +68,9 @@ def test_errors_say_what_to_do(tmp_path):
     assert out.returncode == 2 and "not found" in out.stderr
     out = _cli("sql", "select * from nope", "-w", str(tmp_path / "none"))
     assert out.returncode != 0
+
+
+def test_a_bad_query_gets_a_message_not_a_traceback(demo_wh):
+    out = _cli("sql", "select * from nope", "-w", str(demo_wh))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "nope does not exist" in out.stderr and "shopsim-wh tables" in out.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import duckdb
 import typer
 
 from ..errors import ShopsimError
@@ -23,6 +24,11 @@ def main() -> None:
         app()
     except ShopsimError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+    except duckdb.Error as exc:  # a query the user wrote: say what DuckDB said and where to look
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        typer.echo("hint: `shopsim-wh tables` lists the tables and views; docs/schema.md and docs/sql_cookbook.md "
+                   "describe them", err=True)
         sys.exit(2)
 
 
