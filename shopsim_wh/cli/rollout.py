@@ -42,7 +42,7 @@ def plan(config: ConfigArg) -> None:
 def run(
     config: ConfigArg,
     warehouse: WarehouseOpt = None,
-    concurrency: Annotated[int | None, typer.Option(help="Episodes in flight (overrides runtime.concurrency).")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Episodes in flight (overrides runtime.concurrency).")] = None,
     allow_test: Annotated[bool, typer.Option("--allow-test", help="Allow the test split (recorded on the run).")] = False,
 ) -> None:
     """Run (or resume) an experiment and land every step in the warehouse."""
