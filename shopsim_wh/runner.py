@@ -186,8 +186,9 @@ class _Committer:
             for table, rows in _record_rows(self.plan.cfg.experiment.name, self.load_id, attempt, rec).items():
                 by_table.setdefault(table, []).extend(rows)
         self.writer.commit([(t, self.plan.run_id, to_arrow(t, rows)) for t, rows in by_table.items() if rows])
-        if len(self.writer.snap.files("steps", self.plan.run_id)) > COMPACT_EVERY_FILES:
-            self.writer.compact(self.plan.run_id)
+        small = [e for e in self.writer.snap.files("steps", self.plan.run_id) if not e.compacted]
+        if len(small) > COMPACT_EVERY_FILES:
+            self.writer.compact(self.plan.run_id, small_only=True)
 
     async def loop(self) -> None:
         while True:

@@ -264,12 +264,16 @@ class Writer:
         return new
 
     # -- compaction and cleanup ----------------------------------------------------------------
-    def compact(self, run_id: str, min_files: int = 2) -> int:
-        """Merge a run's files per table into few large sorted files; returns files replaced."""
+    def compact(self, run_id: str, min_files: int = 2, small_only: bool = False) -> int:
+        """Merge a run's files per table into few large sorted files; returns files replaced.
+
+        ``small_only`` merges only the files not yet compacted (cheap, for use while a run is going: the
+        cost stays proportional to what was written since); the final compaction merges everything.
+        """
         replaced: dict[str, list[FileEntry]] = {}
         written: dict[str, list[FileEntry]] = {}
         for table, spec in TABLES.items():
-            entries = self.snap.files(table, run_id)
+            entries = [e for e in self.snap.files(table, run_id) if not (small_only and e.compacted)]
             if len(entries) < min_files:
                 continue
             data = pa.concat_tables(

@@ -163,3 +163,20 @@ def test_files_of_an_older_schema_read_with_new_columns_as_null(warehouse):
     with wh.writer() as w:  # new files beside old ones
         w.commit(_batch("new", 1))
     assert connect(warehouse).execute("select count(*) from stg_steps").fetchone()[0] == 6
+
+
+def test_incremental_compaction_leaves_compacted_files_alone(warehouse):
+    wh = Warehouse(warehouse)
+    with wh.writer(grace_s=60) as w:
+        for i in range(4):
+            w.commit(_batch("r", i))
+        w.compact("r")
+        big = {e.path for e in wh.snapshot().files("steps")}
+        for i in range(4, 8):
+            w.commit(_batch("r", i))
+        assert w.compact("r", small_only=True) == 8  # the 4 new episode files and 4 new step files
+        paths = {e.path for e in wh.snapshot().files("steps")}
+        assert big <= paths and len(paths) == 2
+        w.compact("r")
+    assert len(wh.snapshot().files("steps")) == 1
+    assert connect(warehouse).execute("select count(*) from stg_steps").fetchone()[0] == 24
