@@ -142,6 +142,14 @@ def connect(root: str | os.PathLike, database: str = ":memory:", threads: int | 
     return con
 
 
+def macro_signatures(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, list[str]]]:
+    """The shipped SQL macros: (name, 'table_macro' | 'macro', parameter names)."""
+    return con.execute(
+        "SELECT DISTINCT function_name, function_type, parameters FROM duckdb_functions() "
+        "WHERE schema_name = 'main' AND NOT internal AND function_type IN ('table_macro', 'macro') ORDER BY 1"
+    ).fetchall()
+
+
 def view_names(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     rows = con.execute(
         "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"

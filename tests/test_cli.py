@@ -49,6 +49,7 @@ def test_sql_binds_parameters(demo_wh):
 def test_tables_and_summarize(demo_wh):
     out = _cli("tables", "-w", str(demo_wh)).stdout
     assert "episodes" in out and "steps" in out and " 4" in out
+    assert "paired_deltas(bare_run, treatment_run)" in out and "table macro" in out
     out = _cli("summarize", "-w", str(demo_wh)).stdout
     assert "coverage 1.000" in out and "termination:" in out
 

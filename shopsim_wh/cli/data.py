@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..db import connect, fetch_arrow, view_names
+from ..db import connect, fetch_arrow, macro_signatures, view_names
 from ..summary import render, run_query
 from ..warehouse import Warehouse, default_root
 from .options import FormatOpt, WarehouseOpt
@@ -50,7 +50,7 @@ def sql(
 
 
 def tables(warehouse: WarehouseOpt = None) -> None:
-    """List tables and views with row counts."""
+    """List tables and views with row counts, then the SQL macros with their parameters."""
     con = _open(warehouse)
     for name, kind in view_names(con):
         label = "table" if kind == "BASE TABLE" else "view"
@@ -61,6 +61,9 @@ def tables(warehouse: WarehouseOpt = None) -> None:
         except Exception:  # table macros and parameterised views have no plain count
             n = "-"
         typer.echo(f"{name:32} {label:5} {n}")
+    for name, kind, params in macro_signatures(con):
+        call = f"{name}({', '.join(params)})"
+        typer.echo(f"{call:70} {'table macro' if kind == 'table_macro' else 'macro'}")
 
 
 def register(app: typer.Typer) -> None:
