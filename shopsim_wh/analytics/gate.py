@@ -461,23 +461,12 @@ def _fit(con, table: str, specs, bootstrap: int, alpha: float, seed: int):
 
 
 def bare_score(con, run_id: str) -> dict:
-    """The run's own skill-free score, as run_metrics defines it (completed episodes only), unchanged by pairing."""
+    """The run's own skill-free score: its `run_metrics` row (completed episodes only), unchanged by pairing."""
     cur = con.execute(
-        """
-        SELECT
-            count(*) FILTER (WHERE status = 'completed') AS completed,
-            count(*) FILTER (WHERE status = 'failed') AS failed,
-            avg(reward) FILTER (WHERE status = 'completed') AS reward_mean,
-            stddev_samp(reward) FILTER (WHERE status = 'completed')
-                / sqrt(count(reward) FILTER (WHERE status = 'completed')) AS reward_sem,
-            avg(r_success) FILTER (WHERE status = 'completed') AS r_success_mean,
-            avg(r_hard) FILTER (WHERE status = 'completed') AS r_hard_mean
-        FROM episodes
-        WHERE run_id = ?
-        """, [run_id])
+        "SELECT completed, failed, reward_mean, reward_sem, r_success_mean, r_hard_mean, planned "
+        "FROM run_metrics WHERE run_id = ?", [run_id])
     cols = [d[0] for d in cur.description]
     out = dict(zip(cols, cur.fetchone(), strict=True))
-    out["planned"] = con.execute("SELECT planned_episodes FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
     return {c: (None if isinstance(v, float) and math.isnan(v) else v) for c, v in out.items()}
 
 

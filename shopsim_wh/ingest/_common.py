@@ -12,6 +12,22 @@ from .core import UnitContext
 
 REJECTED = object()  # yielded by read_json_document in place of a rejected element/line
 
+
+def accepted_documents(ctx, docs, unit_prefix: str, check):
+    """The (idx, doc) pairs of ``docs`` that parsed and pass ``check(doc) -> (error_class, message) | None``.
+
+    A rejected document (its error row already written by read_json_document) or one that fails the check
+    (its error row written here) is accounted as one dropped fidelity unit ``<unit_prefix>-<idx>``.
+    """
+    for idx, doc in docs:
+        err = None if doc is REJECTED else check(doc)
+        if err:
+            ctx.error(idx, None, *err)
+        if doc is REJECTED or err:
+            ctx.fidelity(f"{unit_prefix}-{idx}", 1, 0, 0, 1)
+            continue
+        yield idx, doc
+
 AGENT_TOOLS = {"Task", "Agent", "delegate_subtask", "dispatch_agent"}
 PLANNING_TOOLS = {"TodoWrite", "todo_write", "ExitPlanMode", "EnterPlanMode", "update_plan", "write_todos",
                   "TaskCreate", "TaskUpdate", "TaskList", "TaskGet"}

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 
 from ._chat import ChatAgent, norm_call
-from ._common import REJECTED, read_json_document, tool_type
+from ._common import accepted_documents, read_json_document, tool_type
 from ._rows import jdump, tool_schema_hash, tools_set_hash
 from .core import UnitContext
 from .registry import Reader, register
@@ -47,16 +47,14 @@ def sniff(head: bytes, path: Path) -> int:
 def read(ctx: UnitContext):
     seen: dict[str, int] = {}
     n = 0
-    for idx, doc in read_json_document(ctx, ctx.path):
-        n += 1
-        if doc is REJECTED:
-            ctx.fidelity(f"trace-{idx}", 1, 0, 0, 1)
-            continue
-        err = _check(doc)
-        if err:
-            ctx.error(idx, None, *err)
-            ctx.fidelity(f"trace-{idx}", 1, 0, 0, 1)
-            continue
+
+    def counted():
+        nonlocal n
+        for item in read_json_document(ctx, ctx.path):
+            n += 1
+            yield item
+
+    for _idx, doc in accepted_documents(ctx, counted(), "trace", _check):
         eid = str(doc["data_id"])
         attempt = seen.get(eid, 0) + 1
         seen[eid] = attempt

@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 
 from ._chat import ChatAgent
-from ._common import REJECTED, read_json_document
+from ._common import accepted_documents, read_json_document
 from ._rows import jdump
 from .core import UnitContext
 from .registry import Reader, register
@@ -37,15 +37,7 @@ def read(ctx: UnitContext):
     total = len(docs)
     landed = 0
     seen: dict[str, int] = {}
-    for idx, doc in docs:
-        if doc is REJECTED:
-            ctx.fidelity(f"document-{idx}", 1, 0, 0, 1)
-            continue
-        err = _check(doc)
-        if err:
-            ctx.error(idx, None, *err)
-            ctx.fidelity(f"document-{idx}", 1, 0, 0, 1)
-            continue
+    for _idx, doc in accepted_documents(ctx, docs, "document", _check):
         eid = str(doc["session_id"])
         attempt = seen.get(eid, 0) + 1
         seen[eid] = attempt

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from ._chat import ChatAgent
-from ._common import REJECTED, read_json_document
+from ._common import accepted_documents, read_json_document
 from ._rows import jdump
 from .core import UnitContext
 from .registry import Reader, key_re, register
@@ -44,27 +44,10 @@ def read(ctx: UnitContext):
             and not any("traj" in e or "messages" in e for _, e in elements):
         elements = [(None, {"traj": [e for _, e in elements]})]  # a bare message list: one episode
     seen: dict[str, int] = {}
-    total = 0
-    for idx, el in elements:
-        total += 1
-        unit = f"element-{idx}"
-        if el is REJECTED:
-            ctx.fidelity(unit, 1, 0, 0, 1)
-            continue
-        if not isinstance(el, dict):
-            ctx.error(idx, None, "wrong_type", f"element must be an object, got {type(el).__name__}")
-            ctx.fidelity(unit, 1, 0, 0, 1)
-            continue
+    total = len(elements)
+    for idx, el in accepted_documents(ctx, elements, "element", _check):
         traj = el.get("traj", el.get("messages"))
-        if not isinstance(traj, list) or not all(isinstance(m, dict) for m in traj):
-            ctx.error(idx, None, "wrong_type", "traj/messages must be a list of message objects")
-            ctx.fidelity(unit, 1, 0, 0, 1)
-            continue
         reward = el.get("reward")
-        if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
-            ctx.error(idx, None, "wrong_type", f"reward must be a number, got {type(reward).__name__}")
-            ctx.fidelity(unit, 1, 0, 0, 1)
-            continue
         task_id, trial = el.get("task_id"), el.get("trial")
         if task_id is not None:
             eid = f"task-{task_id}__trial-{trial if trial is not None else 0}"
@@ -98,3 +81,15 @@ def read(ctx: UnitContext):
 
 register(Reader(name="openai-messages", description="OpenAI chat messages (tau-bench trajectories)",
                 sniff=sniff, read=read))
+
+
+def _check(el) -> tuple[str, str] | None:
+    if not isinstance(el, dict):
+        return "wrong_type", f"element must be an object, got {type(el).__name__}"
+    traj = el.get("traj", el.get("messages"))
+    if not isinstance(traj, list) or not all(isinstance(m, dict) for m in traj):
+        return "wrong_type", "traj/messages must be a list of message objects"
+    reward = el.get("reward")
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+        return "wrong_type", f"reward must be a number, got {type(reward).__name__}"
+    return None

@@ -13,22 +13,24 @@ CREATE OR REPLACE MACRO pass_at_k_estimate(n, c, k) AS
         ELSE 1 - exp(lgamma(n - c + 1) + lgamma(n - k + 1) - lgamma(n - c - k + 1) - lgamma(n + 1))
     END;
 
+-- task_success_counts: per (run, task) the completed samples n and the successes c among them
+-- (success = r_success = 1). The one definition pass@k and run_metrics count from.
+-- grain: one row per (run_id, task_id) with a task id. key: (run_id, task_id)
+CREATE OR REPLACE VIEW task_success_counts AS
+SELECT
+    run_id, task_id,
+    count(*) AS n,
+    sum(CASE WHEN r_success = 1 THEN 1 ELSE 0 END) AS c
+FROM episodes
+WHERE status = 'completed' AND task_id IS NOT NULL
+GROUP BY run_id, task_id;
+
 -- pass_at_k(k): per (run, task) the unbiased pass@k over the task's completed samples, success = r_success = 1.
 -- grain: one row per (run_id, task_id) with a task id. key: (run_id, task_id)
 CREATE OR REPLACE MACRO pass_at_k(k) AS TABLE
-WITH per_task AS (
-    SELECT
-        run_id, task_id,
-        count(*) AS n,
-        sum(CASE WHEN r_success = 1 THEN 1 ELSE 0 END) AS c
-    FROM episodes
-    WHERE status = 'completed' AND task_id IS NOT NULL
-    GROUP BY run_id, task_id
-),
-
-final AS (
+WITH final AS (
     SELECT run_id, task_id, n, c, k AS k, pass_at_k_estimate(n, c, k) AS pass_at_k
-    FROM per_task
+    FROM task_success_counts
 )
 
 SELECT * FROM final;

@@ -16,10 +16,10 @@
 -- cost       tokens_in_mean / tokens_out_mean and wall_time_mean_s over completed episodes; totals over every
 --            attempt (retries cost too); cost_per_episode = mean cost of a completed episode and cost_total over
 --            every attempt, priced by model_prices at the run's model_name (NULL when unpriced)
--- The episodes view is evaluated once (a materialised CTE) and aggregated per run and per (run, task).
--- Portable SQL except CREATE OR REPLACE, the MATERIALIZED hint and the pass_at_k_estimate macro.
+-- Per-run aggregates come from the episodes view; per-task success counts from task_success_counts (the
+-- definition pass_at_k shares). Portable SQL except CREATE OR REPLACE and the pass_at_k_estimate macro.
 CREATE OR REPLACE VIEW run_metrics AS
-WITH ep AS MATERIALIZED (  -- the episodes view is evaluated once and aggregated twice
+WITH ep AS (
     SELECT
         run_id, task_id, status, reward, r_hard, r_success, right_product, r_type, r_att, r_option, r_price,
         termination_reason, model_steps, total_actions, protocol_errors, invalid_actions, tokens_in, tokens_out,
@@ -69,13 +69,7 @@ per_run AS (
 ),
 
 per_task AS (
-    SELECT
-        run_id, task_id,
-        count(*) AS n,
-        sum(CASE WHEN r_success = 1 THEN 1 ELSE 0 END) AS c
-    FROM ep
-    WHERE status = 'completed' AND task_id IS NOT NULL
-    GROUP BY run_id, task_id
+    SELECT * FROM task_success_counts
 ),
 
 repeats AS (
