@@ -134,6 +134,29 @@ class Snapshot:
         return cls(doc["version"], tables, doc.get("pending_delete", []), doc.get("committed_at", 0.0))
 
 
+@dataclass
+class StagedFile:
+    """A complete Parquet file under a warehouse's ``_staging/``, waiting for a commit to place it."""
+    path: Path
+    rows: int
+
+
+def stage_parquet(staging_dir: Path, data: pa.Table, compression_level: int = ZSTD_LEVEL,
+                  prefix: str = "part") -> StagedFile:
+    """Write ``data`` (already in its table's declared schema) as one Parquet file under ``staging_dir``.
+
+    Safe to call from another process: the file only becomes part of the warehouse when a
+    :class:`Writer` commits it; until then ``vacuum`` treats it as an orphan."""
+    name = f"{prefix}-{time.time_ns():x}-{uuid.uuid4().hex[:8]}.parquet"
+    path = Path(staging_dir) / name
+    rows_per_group = max(1024, int(data.num_rows * ROW_GROUP_TARGET_BYTES / max(1, data.nbytes)))
+    pq.write_table(
+        data, path, compression="zstd", compression_level=compression_level, row_group_size=rows_per_group,
+        write_statistics=True, use_dictionary=[c for c in data.column_names if c in DICTIONARY_COLUMNS],
+    )
+    return StagedFile(path, data.num_rows)
+
+
 class Warehouse:
     """A warehouse root. Cheap to construct; reading never takes the lock."""
 
@@ -204,23 +227,21 @@ class Writer:
     # -- writing files -------------------------------------------------------------------------
     def _write_file(self, table: str, run_id: str, data: pa.Table, compacted: bool = False,
                     compression_level: int = ZSTD_LEVEL) -> FileEntry:
-        rel_dir = f"{table}/{PARTITION_KEY}={run_id}"
-        name = f"part-{time.time_ns():x}-{uuid.uuid4().hex[:8]}.parquet"
-        staged = self.wh.staging_dir / name
-        nbytes = max(1, data.nbytes)
-        rows_per_group = max(1024, int(data.num_rows * ROW_GROUP_TARGET_BYTES / nbytes))
-        pq.write_table(
-            data, staged, compression="zstd", compression_level=compression_level, row_group_size=rows_per_group,
-            write_statistics=True, use_dictionary=[c for c in data.column_names if c in DICTIONARY_COLUMNS],
-        )
-        with open(staged, "rb+") as f:
+        return self._place(table, run_id, stage_parquet(self.wh.staging_dir, data, compression_level), compacted)
+
+    def _place(self, table: str, run_id: str, staged: StagedFile, compacted: bool = False) -> FileEntry:
+        """Move a fully written file from ``_staging/`` into its table directory (fsynced first)."""
+        if staged.path.parent.resolve() != self.wh.staging_dir.resolve():
+            raise WarehouseError(f"{staged.path} is not in this warehouse's staging directory {self.wh.staging_dir}")
+        with open(staged.path, "rb+") as f:
             os.fsync(f.fileno())
+        rel_dir = f"{table}/{PARTITION_KEY}={run_id}"
         final_dir = self.wh.root / rel_dir
         final_dir.mkdir(parents=True, exist_ok=True)
-        os.replace(staged, final_dir / name)
+        os.replace(staged.path, final_dir / staged.path.name)
         _fsync_dir(final_dir)
-        return FileEntry(f"{rel_dir}/{name}", run_id, data.num_rows, (final_dir / name).stat().st_size, compacted,
-                         SCHEMA_VERSION)
+        return FileEntry(f"{rel_dir}/{staged.path.name}", run_id, staged.rows,
+                         (final_dir / staged.path.name).stat().st_size, compacted, SCHEMA_VERSION)
 
     def _publish(self, snap: Snapshot) -> None:
         snap.version = self.snap.version + 1
@@ -235,18 +256,23 @@ class Writer:
 
     def commit(self, batches: Iterable[tuple[str, str, pa.Table]], replace_runs: Iterable[str] = (),
                compression_level: int = ZSTD_LEVEL) -> Snapshot:
-        """Atomically add ``(table, run_id, arrow_table)`` batches; optionally drop whole runs first.
+        """Atomically add ``(table, run_id, arrow_table | StagedFile)`` batches; optionally drop whole runs first.
 
         ``compression_level`` is the zstd level of the new files (bulk ingest uses 1: faster, a few
         percent larger; compaction rewrites at :data:`ZSTD_LEVEL`).
 
-        Tables are cast to their declared schema (a mismatch raises before anything is visible).
+        Tables are cast to their declared schema (a mismatch raises before anything is visible). A
+        :class:`StagedFile` (written by :func:`stage_parquet`, e.g. in a parsing worker process) is
+        adopted as it is.
         """
         staged: dict[str, list[FileEntry]] = {}
         for table, run_id, data in batches:
             if table not in TABLES:
                 raise WarehouseError(f"unknown table {table!r}; known: {', '.join(TABLES)}")
             check_run_id(run_id)
+            if isinstance(data, StagedFile):
+                staged.setdefault(table, []).append(self._place(table, run_id, data))
+                continue
             if data.num_rows == 0:
                 continue
             data = data.select(TABLES[table].column_names).cast(TABLES[table].arrow_schema)

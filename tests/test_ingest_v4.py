@@ -191,6 +191,28 @@ def test_parallel_chunks_give_the_same_rows(tmp_path, monkeypatch):
             tmp_path / "b", r["episode_id"], "shopsimrl-v4")
 
 
+
+def test_parallel_workers_stage_parquet_and_leave_nothing_behind(tmp_path, monkeypatch):
+    """Workers encode the bulky tables into _staging/ themselves; a commit moves every file out, and a unit
+    that turns out to be already ingested (its hash is known only after parsing began) drops what they staged."""
+    from shopsim_wh.ingest import core, v4
+    from shopsim_wh.warehouse import Warehouse
+    monkeypatch.setattr(v4, "PIPELINE_MIN_BYTES", 0)
+    monkeypatch.setattr(core, "EARLY_HASH_BYTES", 0)
+    records = [rec(i, steps=4) for i in range(1, 9)]
+    f = write(tmp_path / "traces.jsonl", records)
+    size = f.stat().st_size
+    s1 = ingest([f], tmp_path / "wh", flush_bytes=size // 4)
+    wh = Warehouse(tmp_path / "wh")
+    assert s1.files[0].status == "landed" and not list(wh.staging_dir.iterdir())
+    steps = wh.snapshot().files("steps")
+    assert len(steps) >= 3 and sum(e.rows for e in steps) == 8 * 4  # one file per chunk, written by workers
+    s2 = ingest([f], tmp_path / "wh", flush_bytes=size // 4)
+    assert s2.files[0].status == "skipped_same_hash"
+    assert not list(wh.staging_dir.iterdir())
+    assert connect(tmp_path / "wh").execute("select count(*) from steps").fetchone()[0] == 8 * 4
+
+
 def test_parallel_falls_back_to_serial_when_workers_fail(tmp_path, monkeypatch):
     from shopsim_wh.errors import IngestError
     from shopsim_wh.ingest import _v4_parallel, v4

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from shopsim_wh.db import connect
 from shopsim_wh.errors import WarehouseError, WarehouseLockedError
 from shopsim_wh.schema import TABLES, to_arrow
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.warehouse import StagedFile, Warehouse, stage_parquet
 
 
 def _batch(run_id: str, i: int, n_steps: int = 3):
@@ -112,6 +112,23 @@ def test_bad_run_ids_and_unknown_columns_are_refused(warehouse):
             w.commit([("nope", "r", to_arrow("steps", []))])
     with pytest.raises(KeyError, match="no column"):
         to_arrow("steps", [{"episode_id": "e", "attempt": 1, "agent_id": "main", "step_idx": 0, "typo": 1}])
+
+
+
+def test_staged_files_written_elsewhere_are_adopted_by_a_commit(warehouse, tmp_path):
+    """A parsing worker writes Parquet under _staging/ itself; the commit only places it (rows intact)."""
+    wh = Warehouse(warehouse)
+    (_, _, steps), = [b for b in _batch("r1", 7, n_steps=5) if b[0] == "steps"]
+    steps = steps.cast(TABLES["steps"].arrow_schema)
+    with wh.writer() as w:
+        staged = stage_parquet(wh.staging_dir, steps, 1, prefix="load-x")
+        w.commit([("steps", "r1", staged)])
+        outside = stage_parquet(tmp_path, steps, 1)
+        with pytest.raises(WarehouseError, match="staging directory"):
+            w.commit([("steps", "r1", StagedFile(outside.path, outside.rows))])
+    assert not list(wh.staging_dir.glob("*.parquet"))
+    con = connect(warehouse)
+    assert con.execute("select run_id, count(*), max(step_idx) from steps group by 1").fetchall() == [("r1", 5, 4)]
 
 
 text = st.text(max_size=200)  # any unicode, including NUL and surrogate-free astral characters

@@ -119,6 +119,20 @@ def sha256_files(paths: Iterable[Path]) -> str:
     return h.hexdigest()
 
 
+def split_lines(data: bytes) -> Iterator[tuple[int, int, bytes, bool]]:
+    """:func:`iter_lines` over bytes already in memory (no stream copies)."""
+    start = line_no = 0
+    find, n = data.find, len(data)
+    while start < n:
+        nl = find(b"\n", start)
+        end = n if nl < 0 else nl
+        line_no += 1
+        line = data[start:end - 1] if end > start and data[end - 1] == 13 else data[start:end]
+        if line and not line.isspace():
+            yield line_no, start, line, nl >= 0
+        start = end + 1
+
+
 def iter_lines(stream, on_bytes=None) -> Iterator[tuple[int, int, bytes, bool]]:
     """Yield ``(line_no, byte_offset, line, terminated)`` from a binary stream, 1-based lines.
 
@@ -145,12 +159,12 @@ def iter_lines(stream, on_bytes=None) -> Iterator[tuple[int, int, bytes, bool]]:
             line = buf[start:nl]
             if line.endswith(b"\r"):
                 line = line[:-1]
-            if line.strip():
+            if line and not line.isspace():
                 yield line_no, offset + start, line, True
             start = nl + 1
         offset += start
         buf = buf[start:]
     if buf:
         line_no += 1
-        if buf.strip():
+        if not buf.isspace():
             yield line_no, offset, buf, False

@@ -7,8 +7,12 @@ k+2W, ... with the reader's chunk function, writes each result (one Arrow IPC fi
 the parent memory-maps, plus the chunk's pickled state) to its private temporary directory and
 announces it with one line on stdout. The parent reads the announcements in chunk order, merges the state (attempt numbers, line numbers,
 fidelity counts) and encodes Parquet while the workers parse on. Big payloads go through files, not
-the pipe: a pipe is read in 64 KiB pieces, each waiting for the GIL. If the parent dies, a worker's
-next announcement fails and it cleans up and exits.
+the pipe: a pipe is read in 64 KiB pieces, each waiting for the GIL. The bulky tables (``STAGED``) are
+not handed over at all: the worker encodes them to Parquet in the warehouse's ``_staging/`` itself (the
+files carry no run id, which lives in the directory the commit moves them to), so both cores encode and
+the parent only commits; small tables travel as Arrow IPC so the parent can renumber them. If the
+parent dies, a worker's next announcement fails and it cleans up and exits; staged files it leaves are
+orphans that ``vacuum`` removes.
 """
 
 from __future__ import annotations
@@ -25,9 +29,15 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import IngestError
+from ..warehouse import StagedFile
 
 _FIELDS = ("source_file", "run_id", "load_id", "source_format", "experiment", "max_field_bytes", "flush_every",
-           "flush_bytes")
+           "flush_bytes", "staging_dir")
+# glibc malloc in the workers keeps freed memory instead of returning it to the kernel after every chunk:
+# each chunk allocates and frees the same few hundred MB, and first-touch page faults are expensive on VMs.
+_MALLOC_ENV = {"MALLOC_TRIM_THRESHOLD_": str(1 << 31), "MALLOC_TOP_PAD_": str(256 << 20),
+               "MALLOC_MMAP_THRESHOLD_": str(32 << 20)}
+STAGED = frozenset({"steps", "actions", "observations", "messages", "tools"})  # encoded by the workers
 
 
 def chunk_bounds(path: Path, target: int) -> list[tuple[int, int]]:
@@ -60,8 +70,10 @@ def worker_main(argv: list[str]) -> int:
     gc.disable()
     import importlib
 
+    from ..schema import TABLES
+    from ..warehouse import stage_parquet
     from ._rows import Sink
-    from .core import UnitContext
+    from .core import INGEST_ZSTD_LEVEL, UnitContext
     spec = json.loads(argv[0])
     out = sys.stdout
     shm = "/dev/shm" if Path("/dev/shm").is_dir() else None  # RAM-backed when available
@@ -73,11 +85,16 @@ def worker_main(argv: list[str]) -> int:
                               **{k: spec[k] for k in _FIELDS})
             meta = fn(ctx, start, end)
             names = []
-            for name, table in ctx.sink.flush():  # Arrow IPC files: the parent maps them, no copy
+            for name, table in ctx.sink.flush():
+                if name in STAGED and spec["staging_dir"]:
+                    table = table.select(TABLES[name].column_names).cast(TABLES[name].arrow_schema)
+                    staged = stage_parquet(Path(spec["staging_dir"]), table, INGEST_ZSTD_LEVEL, prefix=spec["load_id"])
+                    names.append((name, str(staged.path), staged.rows))
+                    continue
                 with pa.OSFile(str(tmp / f"chunk-{idx:06d}-{name}.arrow"), "wb") as sink, \
-                        pa.ipc.new_file(sink, table.schema) as w:
+                        pa.ipc.new_file(sink, table.schema) as w:  # Arrow IPC: the parent maps it, no copy
                     w.write_table(table)
-                names.append(name)
+                names.append((name, None, table.num_rows))
             f = tmp / f"chunk-{idx:06d}.pkl"
             f.write_bytes(pickle.dumps((names, meta), protocol=5))
             out.write(f"T {f}\n")
@@ -97,14 +114,18 @@ def worker_main(argv: list[str]) -> int:
 
 
 def map_chunks(ctx, chunks: list[tuple[int, int]], module: str, function: str, workers: int = 2):
-    """Yield ``(tables, meta)`` for every chunk, in file order, parsed by ``workers`` processes."""
+    """Yield ``(tables, meta)`` for every chunk, in file order, parsed by ``workers`` processes.
+
+    ``tables`` is ``[(name, pa.Table | StagedFile), ...]``: the :data:`STAGED` tables arrive as Parquet
+    files the worker wrote under ``ctx.staging_dir`` (when set)."""
     workers = max(1, min(workers, len(chunks)))
     base = {"path": str(ctx.path), "module": module, "function": function, **{k: getattr(ctx, k) for k in _FIELDS}}
     import os
 
     import shopsim_wh
     pkg_root = str(Path(shopsim_wh.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (pkg_root, os.environ.get("PYTHONPATH")) if x)}
+    env = {**_MALLOC_ENV, **os.environ,
+           "PYTHONPATH": os.pathsep.join(x for x in (pkg_root, os.environ.get("PYTHONPATH")) if x)}
     procs = []
     for k in range(workers):
         spec = {**base, "chunks": [(i, s, e) for i, (s, e) in enumerate(chunks) if i % workers == k]}
@@ -125,7 +146,10 @@ def map_chunks(ctx, chunks: list[tuple[int, int]], module: str, function: str, w
             names, meta = pickle.loads(f.read_bytes())
             f.unlink()
             tables = []
-            for name in names:
+            for name, staged_path, rows in names:
+                if staged_path is not None:
+                    tables.append((name, StagedFile(Path(staged_path), rows)))
+                    continue
                 t = f.with_name(f"{f.stem}-{name}.arrow")
                 with pa.memory_map(str(t)) as src:
                     tables.append((name, pa.ipc.open_file(src).read_all()))

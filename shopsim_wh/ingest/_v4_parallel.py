@@ -8,15 +8,16 @@ differs from the file's first record - and hands the tables to the open commit.
 
 from __future__ import annotations
 
-import io
 import itertools
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..errors import IngestError
-from ._io import iter_lines
+from ..warehouse import StagedFile
+from ._io import split_lines
 from ._pipeline import chunk_bounds, map_chunks
 from ._rows import canonical
 from .core import UnitContext
@@ -35,7 +36,7 @@ def parse_chunk(ctx: UnitContext, start: int, end: int) -> dict:
     with open(ctx.path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
-    for _ in _parse(ctx, st, iter_lines(io.BytesIO(data)), offset_base=start):
+    for _ in _parse(ctx, st, split_lines(data), offset_base=start):
         pass
     lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
     return {"attempts": st.attempts, "fid": st.fid, "file_total": st.file_total, "file_dropped": st.file_dropped,
@@ -69,6 +70,8 @@ def read_parallel(ctx: UnitContext):
             ctx.run_fields.update(meta["run_fields"])
         out = []
         for name, t in tables:
+            if prior and name in _ATTEMPT_TABLES and isinstance(t, StagedFile):  # rare: a retry across chunks
+                t = _load_staged(t)
             if prior and name in _ATTEMPT_TABLES:
                 eids = t.column("episode_id").to_pylist()
                 att = [a + prior.get(e, 0) for e, a in zip(eids, t.column("attempt").to_pylist(), strict=True)]
@@ -101,6 +104,13 @@ def read_parallel(ctx: UnitContext):
         yield
     _finish(ctx, any_line, counts, fid, file_total, file_dropped, run_prov, goals)
     yield
+
+
+def _load_staged(f: StagedFile) -> pa.Table:
+    """A worker's staged file back in memory (to renumber it); the file itself is dropped."""
+    t = pq.read_table(f.path)
+    f.path.unlink(missing_ok=True)
+    return t
 
 
 def _fix_provenance(t: pa.Table, plain: set[str], prior: dict, chunk_prov, run_prov) -> pa.Table:

@@ -108,6 +108,7 @@ class UnitContext:
     run_fields: dict = field(default_factory=dict)
     ready: list = field(default_factory=list)  # finished (table, arrow) batches a reader hands over
     parallel: bool = False
+    staging_dir: str | None = None  # the warehouse's _staging/: parsing workers write Parquet there directly
     episodes: int = 0
     attempts: int = 0
     records: int = 0
@@ -265,17 +266,20 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             ctx = UnitContext(
                 path=f, companions=comps, source_file=source_file, run_id="", load_id=load_id,
                 source_format=reader.name, experiment=source or reader.name, sink=Sink(load_id),
-                max_field_bytes=max_field_bytes, flush_every=flush_every, parallel=parallel, flush_bytes=flush_bytes, on_bytes=on_bytes if f.suffix not in (".gz", ".zst", ".zstd") else None,
+                max_field_bytes=max_field_bytes, flush_every=flush_every, parallel=parallel, flush_bytes=flush_bytes,
+                on_bytes=on_bytes if f.suffix not in (".gz", ".zst", ".zstd") else None, staging_dir=str(wh.staging_dir),
             )
             try:
                 w.commit(_unit_batches(ctx, reader, hasher, decide, started, wait_first=size < EARLY_HASH_BYTES),
                          replace_runs=_Lazy(unit, "replace"), compression_level=INGEST_ZSTD_LEVEL)
             except _AlreadyIngested:
+                _drop_staged(wh, load_id)
                 done_bytes += size
                 if progress:
                     progress(done_bytes, total_bytes)
                 continue
             except (ShopsimError, OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as e:
+                _drop_staged(wh, load_id)
                 res.status = "failed"
                 res.message = cap(f"{type(e).__name__}: {e}")
                 done_bytes += size
@@ -302,6 +306,12 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             w.commit([(t, load_id, tab) for t, tab in sink.flush()])
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _drop_staged(wh: Warehouse, load_id: str) -> None:
+    """Parquet files parsing workers staged for a unit that is not committed (vacuum would get them later)."""
+    for f in wh.staging_dir.glob(f"{load_id}-*.parquet"):
+        f.unlink(missing_ok=True)
 
 
 def _byte_counter(progress, base: int, size: int, total: int):

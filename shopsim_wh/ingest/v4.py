@@ -59,6 +59,14 @@ def sniff(head: bytes, path: Path) -> int:
     return 0
 
 
+def _jb(obj) -> bytes | None:
+    """JSON column value as UTF-8 bytes (the hot path skips jdump's decode: Arrow takes bytes as they are)."""
+    return None if obj is None else _dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+
+
+_dumps = orjson.dumps
+
+
 def _wrong(msg: str) -> RecordError:
     return RecordError("wrong_type", msg)
 
@@ -340,7 +348,7 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
         content = get("content")
         msg_rows.append((eid, attempt, "main", i, role,
                          content if isinstance(content, str) or content is None else jdump(content),
-                         get("reasoning_content"), None if tc is None else jdump(tc), get("tool_call_id"), get("name")))
+                         get("reasoning_content"), None if tc is None else _jb(tc), get("tool_call_id"), get("name")))
         mx = () if m.keys() <= MSG_KEYS else m.keys() - MSG_KEYS
         if mx or (content is not None and not isinstance(content, str)):
             residual.setdefault("messages", {})[str(i)] = {k: m[k] for k in mx} | (
@@ -412,10 +420,10 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
             residual.setdefault("policy_failure", {})[str(i)] = pf
         sg = s.get
         st.t_steps.append((
-            eid, attempt, "main", i, i, state.get("page") if isinstance(state, dict) else None, jdump(state),
+            eid, attempt, "main", i, i, state.get("page") if isinstance(state, dict) else None, _jb(state),
             assistant_at[i] if i < len(assistant_at) else None,
             set_hash, hashes_json, sg("thinking"), sg("content"),
-            sg("finish_reason"), pe, sg("protocol_feedback"), pf_code, None, jdump(sg("raw_response")),
+            sg("finish_reason"), pe, sg("protocol_feedback"), pf_code, None, _jb(sg("raw_response")),
             sg("response_id"), sg("model"), sg("seed"), pt, ct, sg("latency_ms"), sg("started_at"), None))
         if tl is None and "tools" not in s:
             residual.setdefault("no_tools", []).append(i)
@@ -455,7 +463,7 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
                 if not env.keys() <= ENV_KEYS:
                     residual.setdefault("environment", {})[str(i)] = {k: v for k, v in env.items() if k not in ENV_KEYS}
                 st.t_obs.append((eid, attempt, "main", i, tc.get("id") if tc else None, "environment",
-                                 env.get("observation"), jdump(estate),
+                                 env.get("observation"), _jb(estate),
                                  estate.get("page") if isinstance(estate, dict) else None,
                                  (not valid) if valid is not None else None, env.get("reward"), env.get("done")))
             elif pe:
