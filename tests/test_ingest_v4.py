@@ -207,6 +207,8 @@ def test_parallel_workers_stage_parquet_and_leave_nothing_behind(tmp_path, monke
     assert s1.files[0].status == "landed" and not list(wh.staging_dir.iterdir())
     steps = wh.snapshot().files("steps")
     assert len(steps) >= 3 and sum(e.rows for e in steps) == 8 * 4  # one file per chunk, written by workers
+    prov = json.loads(connect(tmp_path / "wh").execute("select provenance from runs").fetchone()[0])
+    assert "parallel_fallback" not in prov  # the workers really ran (a failing worker falls back silently)
     s2 = ingest([f], tmp_path / "wh", flush_bytes=size // 4)
     assert s2.files[0].status == "skipped_same_hash"
     assert not list(wh.staging_dir.iterdir())

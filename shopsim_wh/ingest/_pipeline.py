@@ -66,8 +66,20 @@ def chunk_bounds(path: Path, target: int) -> list[tuple[int, int]]:
     return out
 
 
+class _NoPandas:
+    """Import hook of the worker processes: ``import pandas`` fails at once (pyarrow then skips its checks)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("pandas is not used by ingest workers", name=name)
+        return None
+
+
 def worker_main(argv: list[str]) -> int:
     gc.disable()
+    # pyarrow imports pandas (~0.3 s, when installed) on its first pa.array() of a list, only to ask whether
+    # the list is a pandas object; this process never has one, so pandas is not importable here.
+    sys.meta_path.insert(0, _NoPandas())
     import importlib
 
     from ..schema import TABLES
