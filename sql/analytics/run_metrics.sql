@@ -16,60 +16,82 @@
 -- cost       tokens_in_mean / tokens_out_mean and wall_time_mean_s over completed episodes; totals over every
 --            attempt (retries cost too); cost_per_episode = mean cost of a completed episode and cost_total over
 --            every attempt, priced by model_prices at the run's model_name (NULL when unpriced)
--- Per-run aggregates come from the episodes view; per-task success counts from task_success_counts (the
--- definition pass_at_k shares). Portable SQL except CREATE OR REPLACE and the pass_at_k_estimate macro.
+-- One pass over the episode attempts: a query on this view costs mostly planning and per-operator setup, not
+-- rows, so it reads the episode files once (plus the small retried_episodes lookup) and keeps few operators.
+-- `attempts` is every attempt with the columns used here, is_final = the attempt the episodes view keeps (its
+-- rule: LEFT JOIN retried_episodes, attempt = coalesce(last_attempt, 1)) and r_hard / r_success as the
+-- episodes view derives them; one GROUP BY run_id gives the per-run figures (CASE on is_final /
+-- final_completed) and the attempt totals; per_task is task_success_counts' definition over the same rows.
+-- tests/test_analytics_plan.py holds these to the episodes, episode_attempts and task_success_counts views.
+-- Portable SQL except CREATE OR REPLACE, the MATERIALIZED hint and the pass_at_k_estimate macro.
 CREATE OR REPLACE VIEW run_metrics AS
-WITH ep AS (
+WITH attempts AS MATERIALIZED (  -- read once by per_run and per_task; a run_id filter is pushed into it
     SELECT
-        run_id, task_id, status, reward, r_hard, r_success, right_product, r_type, r_att, r_option, r_price,
-        termination_reason, model_steps, total_actions, protocol_errors, invalid_actions, tokens_in, tokens_out,
-        duration_s
-    FROM episodes
+        e.run_id, e.task_id, e.status, e.reward, e.right_product, e.r_type, e.r_att, e.r_option, e.r_price,
+        e.termination_reason, e.model_steps, e.total_actions, e.protocol_errors, e.invalid_actions,
+        e.tokens_in, e.tokens_out, e.duration_s,
+        e.attempt = coalesce(r.last_attempt, 1) AS is_final,
+        e.attempt = coalesce(r.last_attempt, 1) AND e.status = 'completed' AS final_completed,
+        e.r_type * e.r_att * coalesce(e.r_option, CAST(1 AS DOUBLE)) * e.r_price AS r_hard,
+        CASE
+            WHEN e.reward IS NULL THEN NULL
+            WHEN e.r_type = 1 AND e.r_att = 1 AND coalesce(e.r_option, CAST(1 AS DOUBLE)) = 1 AND e.r_price = 1
+                THEN CAST(1 AS DOUBLE)
+            ELSE CAST(0 AS DOUBLE)
+        END AS r_success
+    FROM episode_attempts AS e
+    LEFT JOIN retried_episodes AS r ON r.run_id = e.run_id AND r.episode_id = e.episode_id
 ),
 
 per_run AS (
     SELECT
         run_id,
-        count(*) AS episodes,
-        count(*) FILTER (WHERE status = 'completed') AS completed,
-        count(*) FILTER (WHERE status = 'failed') AS failed,
-        avg(reward) FILTER (WHERE status = 'completed') AS reward_mean,
-        stddev_samp(reward) FILTER (WHERE status = 'completed')
-            / sqrt(count(reward) FILTER (WHERE status = 'completed')) AS reward_sem,
-        avg(r_hard) FILTER (WHERE status = 'completed') AS r_hard_mean,
-        avg(r_success) FILTER (WHERE status = 'completed') AS r_success_mean,
-        avg(CASE WHEN right_product THEN 1.0 WHEN NOT right_product THEN 0.0 END) FILTER (WHERE status = 'completed')
+        count(CASE WHEN is_final THEN 1 END) AS episodes,
+        count(CASE WHEN final_completed THEN 1 END) AS completed,
+        count(CASE WHEN is_final AND status = 'failed' THEN 1 END) AS failed,
+        avg(CASE WHEN final_completed THEN reward END) AS reward_mean,
+        stddev_samp(CASE WHEN final_completed THEN reward END)
+            / sqrt(count(CASE WHEN final_completed THEN reward END)) AS reward_sem,
+        avg(CASE WHEN final_completed THEN r_hard END) AS r_hard_mean,
+        avg(CASE WHEN final_completed THEN r_success END) AS r_success_mean,
+        avg(CASE WHEN final_completed THEN CASE WHEN right_product THEN 1.0 WHEN NOT right_product THEN 0.0 END END)
             AS right_product_rate,
-        avg(r_type) FILTER (WHERE status = 'completed') AS r_type_mean,
-        avg(r_att) FILTER (WHERE status = 'completed') AS r_att_mean,
-        avg(r_option) FILTER (WHERE status = 'completed') AS r_option_mean,
-        avg(r_price) FILTER (WHERE status = 'completed') AS r_price_mean,
-        avg(total_actions) FILTER (WHERE status = 'completed') AS mean_steps,
-        avg(model_steps) FILTER (WHERE status = 'completed') AS mean_model_steps,
-        CAST(sum(protocol_errors) AS DOUBLE) / nullif(sum(model_steps), 0) AS protocol_error_rate,
-        CAST(sum(invalid_actions) AS DOUBLE) / nullif(sum(total_actions), 0) AS invalid_action_rate,
-        CAST(count(*) FILTER (WHERE status = 'completed' AND termination_reason = 'purchase') AS DOUBLE) / count(*)
-            AS share_purchase,
-        CAST(count(*) FILTER (WHERE status = 'completed' AND termination_reason = 'action_limit') AS DOUBLE) / count(*)
-            AS share_action_limit,
-        CAST(count(*) FILTER (WHERE status = 'completed' AND termination_reason = 'generation_length') AS DOUBLE)
-            / count(*) AS share_generation_length,
-        CAST(count(*) FILTER (WHERE status = 'completed' AND termination_reason = 'protocol_budget') AS DOUBLE)
-            / count(*) AS share_protocol_budget,
-        CAST(count(*) FILTER (WHERE status = 'failed') AS DOUBLE) / count(*) AS share_error,
-        CAST(count(*) FILTER (
-            WHERE status = 'completed' AND coalesce(termination_reason, '') NOT IN (
-                'purchase', 'action_limit', 'generation_length', 'protocol_budget')
-        ) AS DOUBLE) / count(*) AS share_other,
-        avg(tokens_in) FILTER (WHERE status = 'completed') AS tokens_in_mean,
-        avg(tokens_out) FILTER (WHERE status = 'completed') AS tokens_out_mean,
-        avg(duration_s) FILTER (WHERE status = 'completed') AS wall_time_mean_s
-    FROM ep
+        avg(CASE WHEN final_completed THEN r_type END) AS r_type_mean,
+        avg(CASE WHEN final_completed THEN r_att END) AS r_att_mean,
+        avg(CASE WHEN final_completed THEN r_option END) AS r_option_mean,
+        avg(CASE WHEN final_completed THEN r_price END) AS r_price_mean,
+        avg(CASE WHEN final_completed THEN total_actions END) AS mean_steps,
+        avg(CASE WHEN final_completed THEN model_steps END) AS mean_model_steps,
+        CAST(sum(CASE WHEN is_final THEN protocol_errors END) AS DOUBLE)
+            / nullif(sum(CASE WHEN is_final THEN model_steps END), 0) AS protocol_error_rate,
+        CAST(sum(CASE WHEN is_final THEN invalid_actions END) AS DOUBLE)
+            / nullif(sum(CASE WHEN is_final THEN total_actions END), 0) AS invalid_action_rate,
+        count(CASE WHEN final_completed AND termination_reason = 'purchase' THEN 1 END) AS n_purchase,
+        count(CASE WHEN final_completed AND termination_reason = 'action_limit' THEN 1 END) AS n_action_limit,
+        count(CASE WHEN final_completed AND termination_reason = 'generation_length' THEN 1 END)
+            AS n_generation_length,
+        count(CASE WHEN final_completed AND termination_reason = 'protocol_budget' THEN 1 END) AS n_protocol_budget,
+        count(CASE WHEN final_completed AND coalesce(termination_reason, '') NOT IN (
+            'purchase', 'action_limit', 'generation_length', 'protocol_budget') THEN 1 END) AS n_other,
+        avg(CASE WHEN final_completed THEN tokens_in END) AS tokens_in_mean,
+        avg(CASE WHEN final_completed THEN tokens_out END) AS tokens_out_mean,
+        avg(CASE WHEN final_completed THEN duration_s END) AS wall_time_mean_s,
+        count(*) AS attempts,  -- every attempt spent tokens and time, retried ones included
+        sum(tokens_in) AS tokens_in_total,
+        sum(tokens_out) AS tokens_out_total,
+        sum(duration_s) AS wall_time_total_s
+    FROM attempts
     GROUP BY run_id
 ),
 
-per_task AS (
-    SELECT * FROM task_success_counts
+per_task AS (  -- = task_success_counts (the definition pass_at_k shares), over the rows read above
+    SELECT
+        run_id, task_id,
+        count(*) AS n,
+        sum(CASE WHEN r_success = 1 THEN 1 ELSE 0 END) AS c
+    FROM attempts
+    WHERE final_completed AND task_id IS NOT NULL
+    GROUP BY run_id, task_id
 ),
 
 repeats AS (
@@ -86,17 +108,6 @@ pass AS (
     FROM per_task AS t
     JOIN repeats AS r ON r.run_id = t.run_id
     GROUP BY t.run_id
-),
-
-attempts AS (  -- every attempt spent tokens and time, retried ones included
-    SELECT
-        run_id,
-        count(*) AS attempts,
-        sum(tokens_in) AS tokens_in_total,
-        sum(tokens_out) AS tokens_out_total,
-        sum(duration_s) AS wall_time_total_s
-    FROM episode_attempts
-    GROUP BY run_id
 ),
 
 final AS (
@@ -132,25 +143,24 @@ final AS (
         m.mean_model_steps,
         m.protocol_error_rate,
         m.invalid_action_rate,
-        m.share_purchase,
-        m.share_action_limit,
-        m.share_generation_length,
-        m.share_protocol_budget,
-        m.share_error,
-        m.share_other,
+        CAST(m.n_purchase AS DOUBLE) / m.episodes AS share_purchase,
+        CAST(m.n_action_limit AS DOUBLE) / m.episodes AS share_action_limit,
+        CAST(m.n_generation_length AS DOUBLE) / m.episodes AS share_generation_length,
+        CAST(m.n_protocol_budget AS DOUBLE) / m.episodes AS share_protocol_budget,
+        CAST(m.failed AS DOUBLE) / m.episodes AS share_error,
+        CAST(m.n_other AS DOUBLE) / m.episodes AS share_other,
         m.tokens_in_mean,
         m.tokens_out_mean,
-        a.attempts,
-        a.tokens_in_total,
-        a.tokens_out_total,
+        m.attempts,
+        m.tokens_in_total,
+        m.tokens_out_total,
         m.wall_time_mean_s,
-        a.wall_time_total_s,
+        m.wall_time_total_s,
         (m.tokens_in_mean * pr.usd_per_mtok_in + m.tokens_out_mean * pr.usd_per_mtok_out) / 1e6 AS cost_per_episode,
-        (a.tokens_in_total * pr.usd_per_mtok_in + a.tokens_out_total * pr.usd_per_mtok_out) / 1e6 AS cost_total
+        (m.tokens_in_total * pr.usd_per_mtok_in + m.tokens_out_total * pr.usd_per_mtok_out) / 1e6 AS cost_total
     FROM runs AS r
     LEFT JOIN per_run AS m ON m.run_id = r.run_id
     LEFT JOIN pass AS p ON p.run_id = r.run_id
-    LEFT JOIN attempts AS a ON a.run_id = r.run_id
     LEFT JOIN model_prices AS pr ON pr.model_name = r.model_name
 )
 
