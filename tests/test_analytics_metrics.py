@@ -148,6 +148,13 @@ def test_task_metrics_and_pass_at_k(con):
         "SELECT pass_at_k FROM run_metrics WHERE run_id = 'synth-ckpt-a-skill'").fetchone()[0], abs=1e-12)
     est = con.execute("SELECT pass_at_k_estimate(100, 7, 10), pass_at_k_estimate(5, 0, 2), pass_at_k_estimate(3, 2, 2)")
     assert est.fetchone() == pytest.approx((1 - math.comb(93, 10) / math.comb(100, 10), 0.0, 1.0), abs=1e-12)
+    for k in (1, 2, 3):  # pass^k (tau-bench): C(c, k) / C(n, k); tasks with n < k have none
+        rows = con.execute("SELECT n, c, pass_hat_k FROM pass_at_k(?) WHERE run_id = 'synth-ckpt-a-skill'", [k]).fetchall()
+        assert rows and all(p == (None if n < k else pytest.approx(math.comb(c, k) / math.comb(n, k), abs=1e-12))
+                            for n, c, p in rows), k
+    hat = con.execute("SELECT pass_hat_k_estimate(100, 60, 8), pass_hat_k_estimate(4, 1, 2), pass_hat_k_estimate(4, 4, 4), "
+                      "pass_hat_k_estimate(3, 3, 4)").fetchone()
+    assert hat == (pytest.approx(math.comb(60, 8) / math.comb(100, 8), abs=1e-12), 0.0, pytest.approx(1.0), None)
 
 
 def test_checkpoint_compare_pairs_runs_with_equal_job_lists(con):

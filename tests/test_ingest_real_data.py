@@ -123,6 +123,23 @@ def test_tau_bench(con):
                   "where e.source_format = 'openai-messages'") == [(5308,)]
 
 
+def test_tau_bench_success_and_pass_hat_k(con):
+    """tau-bench has a task reward and no ShopSimulator components: success is reward >= 1, so pass@1 is the
+    success rate and pass^k (tau-bench's reliability metric) matches C(c, k) / C(n, k) per task."""
+    from math import comb
+    run_id, = q(con, "select distinct run_id from episodes where source_format = 'openai-messages'")[0]
+    rewards: dict[int, list[float]] = {}
+    for task_id, reward in q(con, "select task_id, reward from episodes where run_id = ?", run_id):
+        rewards.setdefault(task_id, []).append(reward)
+    assert q(con, "select r_success_mean, r_hard_mean, reward_mean, repeats, tasks from run_metrics where run_id = ?",
+             run_id) == [(pytest.approx(84 / 200), pytest.approx(84 / 200), pytest.approx(84 / 200), 4, 50)]
+    for k in (1, 2, 4):
+        want = [comb(sum(r >= 1 for r in rs), k) / comb(len(rs), k) for rs in rewards.values()]
+        got = q(con, "select pass_hat_k, tasks, tasks_short from run_pass_at_k(?) where run_id = ?", k, run_id)
+        assert got == [(pytest.approx(sum(want) / len(want), abs=1e-12), 50, 0)], k
+    assert q(con, "select pass_hat_k from pass_at_k(5) where run_id = ? limit 1", run_id) == [(None,)]  # n = 4 < 5
+
+
 def test_atif(con):
     assert q(con, "select count(*), sum(case when reasoning is not null then 1 else 0 end) from steps "
                   "where episode_id = 'login-trace'") == [(6, 6)]

@@ -19,11 +19,12 @@
 -- One pass over the episode attempts: a query on this view costs mostly planning and per-operator setup, not
 -- rows, so it reads the episode files once (plus the small retried_episodes lookup) and keeps few operators.
 -- `attempts` is every attempt with the columns used here, is_final = the attempt the episodes view keeps (its
--- rule: LEFT JOIN retried_episodes, attempt = coalesce(last_attempt, 1)) and r_hard / r_success as the
--- episodes view derives them; one GROUP BY run_id gives the per-run figures (CASE on is_final /
--- final_completed) and the attempt totals; per_task is task_success_counts' definition over the same rows.
--- tests/test_analytics_plan.py holds these to the episodes, episode_attempts and task_success_counts views.
--- Portable SQL except CREATE OR REPLACE, the MATERIALIZED hint and the pass_at_k_estimate macro.
+-- rule: LEFT JOIN retried_episodes, attempt = coalesce(last_attempt, 1)) and r_hard / r_success from the
+-- r_hard_of / r_success_of macros the episodes view uses; one GROUP BY run_id gives the per-run figures
+-- (CASE on is_final / final_completed) and the attempt totals; per_task is task_success_counts' definition
+-- over the same rows. tests/test_analytics_plan.py holds these to the episodes, episode_attempts and
+-- task_success_counts views.
+-- Portable SQL except CREATE OR REPLACE, the MATERIALIZED hint and the macros (pass_at_k_estimate, r_*_of).
 CREATE OR REPLACE VIEW run_metrics AS
 WITH attempts AS MATERIALIZED (  -- read once by per_run and per_task; a run_id filter is pushed into it
     SELECT
@@ -32,13 +33,8 @@ WITH attempts AS MATERIALIZED (  -- read once by per_run and per_task; a run_id 
         e.tokens_in, e.tokens_out, e.duration_s,
         e.attempt = coalesce(r.last_attempt, 1) AS is_final,
         e.attempt = coalesce(r.last_attempt, 1) AND e.status = 'completed' AS final_completed,
-        e.r_type * e.r_att * coalesce(e.r_option, CAST(1 AS DOUBLE)) * e.r_price AS r_hard,
-        CASE
-            WHEN e.reward IS NULL THEN NULL
-            WHEN e.r_type = 1 AND e.r_att = 1 AND coalesce(e.r_option, CAST(1 AS DOUBLE)) = 1 AND e.r_price = 1
-                THEN CAST(1 AS DOUBLE)
-            ELSE CAST(0 AS DOUBLE)
-        END AS r_success
+        r_hard_of(e.r_type, e.r_att, e.r_option, e.r_price, e.reward) AS r_hard,
+        r_success_of(e.r_type, e.r_att, e.r_option, e.r_price, e.reward) AS r_success
     FROM episode_attempts AS e
     LEFT JOIN retried_episodes AS r ON r.run_id = e.run_id AND r.episode_id = e.episode_id
 ),

@@ -12,10 +12,29 @@ FROM stg_episodes
 WHERE attempt > 1
 GROUP BY run_id, episode_id;
 
+-- r_hard_of / r_success_of: the derived reward facts of spec §3, one definition for every view (scalar macros).
+-- Shop episodes carry the components r_type, r_att, r_option, r_price: r_hard is their product (a missing
+-- r_option counts as 1) and success means every component equals 1. Sources without components (tau-bench,
+-- coding traces: all four NULL) have a task reward only: r_hard = reward and success = (reward >= 1).
+-- grain: scalar macros (one value per call). DuckDB-specific (a macro); Spark would declare SQL functions.
+CREATE OR REPLACE MACRO r_hard_of(r_type, r_att, r_option, r_price, reward) AS
+    CASE
+        WHEN r_type IS NULL AND r_att IS NULL AND r_option IS NULL AND r_price IS NULL THEN CAST(reward AS DOUBLE)
+        ELSE r_type * r_att * coalesce(r_option, CAST(1 AS DOUBLE)) * r_price
+    END;
+
+CREATE OR REPLACE MACRO r_success_of(r_type, r_att, r_option, r_price, reward) AS
+    CASE
+        WHEN reward IS NULL THEN NULL
+        WHEN r_type IS NULL AND r_att IS NULL AND r_option IS NULL AND r_price IS NULL
+            THEN CASE WHEN reward >= 1 THEN CAST(1 AS DOUBLE) ELSE CAST(0 AS DOUBLE) END
+        WHEN r_type = 1 AND r_att = 1 AND coalesce(r_option, CAST(1 AS DOUBLE)) = 1 AND r_price = 1 THEN CAST(1 AS DOUBLE)
+        ELSE CAST(0 AS DOUBLE)
+    END;
+
 -- grain: one row per episode: its last attempt within the run
 -- key: (run_id, episode_id)
--- adds the derived reward facts of spec §3: r_hard (product of the components, a missing r_option
--- counting as 1), r_success (every component equals 1) and r_loose (= reward).
+-- adds the derived reward facts of spec §3 (r_hard_of / r_success_of above) and r_loose (= reward).
 CREATE OR REPLACE VIEW episodes AS
 WITH final_attempt AS (
     SELECT e.*
@@ -26,12 +45,8 @@ WITH final_attempt AS (
 final AS (
     SELECT
         *,
-        r_type * r_att * coalesce(r_option, CAST(1 AS DOUBLE)) * r_price AS r_hard,
-        CASE
-            WHEN reward IS NULL THEN NULL
-            WHEN r_type = 1 AND r_att = 1 AND coalesce(r_option, CAST(1 AS DOUBLE)) = 1 AND r_price = 1 THEN CAST(1 AS DOUBLE)
-            ELSE CAST(0 AS DOUBLE)
-        END AS r_success,
+        r_hard_of(r_type, r_att, r_option, r_price, reward) AS r_hard,
+        r_success_of(r_type, r_att, r_option, r_price, reward) AS r_success,
         reward AS r_loose
     FROM final_attempt
 )
