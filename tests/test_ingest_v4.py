@@ -6,6 +6,8 @@ import json
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shopsim_wh.db import connect
 from shopsim_wh.ingest import dump_episode, ingest, synth_v4
@@ -243,3 +245,20 @@ def test_progress_and_format_names(tmp_path):
     assert formats() == ["agent-multi-turn", "atif", "claude-code", "openai-messages", "shopsimrl-v4"]
     with pytest.raises(IngestError, match="valid formats: auto, agent-multi-turn"):
         ingest([f], tmp_path / "wh", format="shopsim-v4")
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=60) | st.lists(st.sampled_from([b"", b" ", b"{}", b"\r", b"\t", b"a\r", b"\n", b"\r\n"]),
+                                              max_size=12).map(b"".join),
+       block=st.integers(1, 7))
+def test_streamed_and_in_memory_line_splitting_agree(data, block):
+    """The serial path reads lines from a stream in blocks, the chunk workers split bytes in memory: both must
+    give the same (line_no, byte_offset, line, terminated) for any input and any block size."""
+    import io
+
+    from shopsim_wh.ingest import _io
+    old, _io.READ_BLOCK = _io.READ_BLOCK, block
+    try:
+        assert list(_io.iter_lines(io.BytesIO(data))) == list(_io.split_lines(data))
+    finally:
+        _io.READ_BLOCK = old

@@ -120,7 +120,7 @@ def sha256_files(paths: Iterable[Path]) -> str:
 
 
 def split_lines(data: bytes) -> Iterator[tuple[int, int, bytes, bool]]:
-    """:func:`iter_lines` over bytes already in memory (no stream copies)."""
+    """The lines of bytes already in memory, as :func:`iter_lines` yields them (no stream copies)."""
     start = line_no = 0
     find, n = data.find, len(data)
     while start < n:
@@ -140,8 +140,7 @@ def iter_lines(stream, on_bytes=None) -> Iterator[tuple[int, int, bytes, bool]]:
     line without newline (a possibly torn write). Blank lines are skipped (still counted).
     """
     buf = b""
-    offset = 0  # offset of buf[0] in the stream
-    line_no = 0
+    offset = line_no = 0  # offset of buf[0] in the stream; lines before it
     while True:
         block = stream.read(READ_BLOCK)
         if on_bytes is not None and block:
@@ -149,22 +148,14 @@ def iter_lines(stream, on_bytes=None) -> Iterator[tuple[int, int, bytes, bool]]:
         if not block:
             break
         buf = buf + block if buf else block
-        start = 0
-        find = buf.find
-        while True:
-            nl = find(b"\n", start)
-            if nl < 0:
-                break
-            line_no += 1
-            line = buf[start:nl]
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if line and not line.isspace():
-                yield line_no, offset + start, line, True
-            start = nl + 1
-        offset += start
-        buf = buf[start:]
-    if buf:
-        line_no += 1
-        if not buf.isspace():
-            yield line_no, offset, buf, False
+        cut = buf.rfind(b"\n") + 1  # the complete lines in buf end here
+        if not cut:
+            continue
+        whole = buf if cut == len(buf) else buf[:cut]
+        for no, off, line, _ in split_lines(whole):
+            yield line_no + no, offset + off, line, True
+        line_no += whole.count(b"\n")
+        offset += cut
+        buf = buf[cut:]
+    for no, off, line, terminated in split_lines(buf):  # a last line without newline
+        yield line_no + no, offset + off, line, terminated

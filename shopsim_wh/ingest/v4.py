@@ -61,10 +61,7 @@ def sniff(head: bytes, path: Path) -> int:
 
 def _jb(obj) -> bytes | None:
     """JSON column value as UTF-8 bytes (the hot path skips jdump's decode: Arrow takes bytes as they are)."""
-    return None if obj is None else _dumps(obj, option=orjson.OPT_NON_STR_KEYS)
-
-
-_dumps = orjson.dumps
+    return None if obj is None else orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
 
 
 def _wrong(msg: str) -> RecordError:
