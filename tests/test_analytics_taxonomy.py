@@ -118,6 +118,9 @@ def test_episode_rules_match_plain_python(labels):
     assert labelled("no_purchase") == episodes(lambda e: e["status"] == "completed" and e["r_type"] is not None
                                                and not e["purchase_asin"])
     assert labelled("action_limit") == episodes(lambda e: e["termination_reason"] == "action_limit")
+    assert labelled("task_unsolved") == episodes(
+        lambda e: e["status"] == "completed" and e["reward"] is not None and e["reward"] < 1
+        and all(e[c] is None for c in ("r_type", "r_att", "r_option", "r_price")))
     infra = set().union(*(labelled(c) for c in by_code if c.startswith("infra_failure_")))
     assert infra == episodes(lambda e: e["status"] == "failed")
     for e in eps:

@@ -138,6 +138,10 @@ def test_tau_bench_success_and_pass_hat_k(con):
         got = q(con, "select pass_hat_k, tasks, tasks_short from run_pass_at_k(?) where run_id = ?", k, run_id)
         assert got == [(pytest.approx(sum(want) / len(want), abs=1e-12), 50, 0)], k
     assert q(con, "select pass_hat_k from pass_at_k(5) where run_id = ? limit 1", run_id) == [(None,)]  # n = 4 < 5
+    # every unsolved trial has a primary failure (a process label, else the task_unsolved catch-all); no solved one
+    assert q(con, "select e.reward >= 1, count(p.primary_failure), count(*) from episodes e "
+                  "join episode_primary_failure p using (run_id, episode_id) where e.run_id = ? group by 1 order by 1",
+             run_id) == [(False, 116, 116), (True, 0, 84)]
 
 
 def test_atif(con):

@@ -8,7 +8,7 @@
 CREATE OR REPLACE VIEW error_labels AS
 WITH ep AS NOT MATERIALIZED (
     SELECT
-        run_id, episode_id, attempt, status, termination_reason, purchase_asin, right_product,
+        run_id, episode_id, attempt, status, termination_reason, purchase_asin, right_product, reward,
         r_type, r_att, r_option, r_price, error_stage, error_type, error_message
     FROM episodes
 ),
@@ -105,6 +105,15 @@ outcomes AS (
     LEFT JOIN main_last_step AS l
         ON l.run_id = e.run_id AND l.episode_id = e.episode_id
     WHERE e.status = 'completed' AND e.r_type IS NOT NULL AND e.purchase_asin IS NULL
+    UNION ALL
+    SELECT
+        e.run_id, e.episode_id, 'main' AS agent_id, l.step_idx, 'task_unsolved' AS code, 'reward' AS detail,
+        'reward = ' || CAST(round(e.reward, 4) AS VARCHAR) || ' (a task reward, no reward components)' AS evidence
+    FROM ep AS e
+    LEFT JOIN main_last_step AS l
+        ON l.run_id = e.run_id AND l.episode_id = e.episode_id
+    WHERE e.status = 'completed' AND e.reward < 1
+      AND e.r_type IS NULL AND e.r_att IS NULL AND e.r_option IS NULL AND e.r_price IS NULL
 ),
 
 protocol AS (

@@ -34,7 +34,8 @@ WITH codes (code, scope, category, precedence, definition) AS (
         ('protocol_invalid_arguments', 'step', 'protocol', 72, 'The tool-call arguments did not fit the tool schema.'),
         ('protocol_unknown_tool', 'step', 'protocol', 73, 'The response called a tool that was not offered.'),
         ('protocol_other', 'step', 'protocol', 74, 'Any other protocol error kind the runtime reported.'),
-        ('invalid_action', 'step', 'environment', 80, 'The environment rejected the action (action_valid false); detail = the server''s feedback code.')
+        ('invalid_action', 'step', 'environment', 80, 'The environment rejected the action (action_valid false); detail = the server''s feedback code.'),
+        ('task_unsolved', 'episode', 'outcome', 90, 'A completed episode scored by a task reward alone (no ShopSimulator components: tau-bench, coding traces) below 1; the catch-all, primary only when no other label fired.')
 ),
 
 final AS (
