@@ -48,7 +48,8 @@ def format_summary(rows: list[dict]) -> str:
             v = r.get(key)
             return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{float(v):.{digits}f}"
 
-        passk = f"   pass@{r['repeats']} {f('pass_at_k')}" if (r.get("repeats") or 1) > 1 else ""
+        passk = (f"   pass@{r['repeats']} {f('pass_at_k')}   pass^{r['repeats']} {f('pass_hat_k')}"
+                 if (r.get("repeats") or 1) > 1 else "")
         out.append(
             f"run {r['run_id']}: planned {r['planned']}, completed {r['completed']}, failed {r['failed']} "
             f"(coverage {f('coverage')})\n"

@@ -69,6 +69,7 @@ def expected_run(root, run_id):
         "repeats": repeats, "tasks": len(per_task),
         "pass_at_1": mean([c / m for m, c in per_task.values()]),
         "pass_at_k": mean([pass_at_k(m, c, repeats) for m, c in per_task.values()]),
+        "pass_hat_k": mean([math.comb(c, repeats) / math.comb(m, repeats) for m, c in per_task.values() if m >= repeats]),
         "mean_steps": mean([e["total_actions"] for e in done]),
         "mean_model_steps": mean([e["model_steps"] for e in done]),
         "protocol_error_rate": sum(e["protocol_errors"] for e in eps) / sum(e["model_steps"] for e in eps),

@@ -82,6 +82,9 @@ def test_pass_at_k_matches_task_success_counts(con):
         want = con.execute("SELECT avg(pass_at_k_estimate(n, c, ?)) FROM task_success_counts WHERE run_id = ?",
                            [k, run_id]).fetchone()[0] if k > 1 else None
         assert same(m["pass_at_k"], want), run_id
+        want = con.execute("SELECT avg(pass_hat_k_estimate(n, c, ?)) FROM task_success_counts WHERE run_id = ?",
+                           [k, run_id]).fetchone()[0] if k > 1 else None
+        assert same(m["pass_hat_k"], want), run_id
 
 
 def parquet_scans(con, sql: str, params=()) -> list[dict]:

@@ -8,7 +8,8 @@
 --            success rate), right_product_rate and the component means r_type / r_att / r_option / r_price
 -- pass@k     repeats = most completed samples of any task; pass_at_1 = mean over tasks of c/n;
 --            pass_at_k = mean over tasks of the unbiased estimator at k = repeats (pass_at_k_estimate), NULL
---            when repeats = 1 (success = r_success = 1; any k: run_pass_at_k(k))
+--            when repeats = 1 (success = r_success = 1; any k: run_pass_at_k(k)); pass_hat_k = tau-bench's pass^k at
+--            the same k (all k samples succeed: mean over tasks with >= k samples of C(c, k) / C(n, k))
 -- behaviour  mean_steps (environment actions) and mean_model_steps over completed episodes;
 --            protocol_error_rate = protocol errors / model steps; invalid_action_rate = invalid / actions
 -- endings    share_* over all episodes: purchase, action_limit, generation_length, protocol_budget, error
@@ -100,7 +101,8 @@ pass AS (
         max(r.repeats) AS repeats,
         max(r.tasks) AS tasks,
         avg(CAST(t.c AS DOUBLE) / t.n) AS pass_at_1,
-        CASE WHEN max(r.repeats) > 1 THEN avg(pass_at_k_estimate(t.n, t.c, r.repeats)) END AS pass_at_k
+        CASE WHEN max(r.repeats) > 1 THEN avg(pass_at_k_estimate(t.n, t.c, r.repeats)) END AS pass_at_k,
+        CASE WHEN max(r.repeats) > 1 THEN avg(pass_hat_k_estimate(t.n, t.c, r.repeats)) END AS pass_hat_k
     FROM per_task AS t
     JOIN repeats AS r ON r.run_id = t.run_id
     GROUP BY t.run_id
@@ -135,6 +137,7 @@ final AS (
         p.tasks,
         p.pass_at_1,
         p.pass_at_k,
+        p.pass_hat_k,
         m.mean_steps,
         m.mean_model_steps,
         m.protocol_error_rate,
