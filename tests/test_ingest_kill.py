@@ -9,18 +9,25 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from shopsim_wh.db import connect
 from shopsim_wh.ingest import ingest, synth_v4
+from shopsim_wh.warehouse import Warehouse
 
 N_PER_FILE = 600
 CHILD = """
 import sys
-from shopsim_wh.ingest import ingest
-ingest(sys.argv[2:], sys.argv[1], flush_every=50)
+from shopsim_wh.ingest import ingest, v4
+parallel = sys.argv[1] == "parallel"
+if parallel:  # every file through the worker processes, which stage Parquet themselves
+    v4.PIPELINE_MIN_BYTES = 0
+ingest(sys.argv[3:], sys.argv[2], flush_every=50, **({"flush_bytes": 256 * 1024} if parallel else {}))
 """
 
 
-def test_kill_and_rerun_lands_everything_once(tmp_path):
+@pytest.mark.parametrize("mode", ["serial", "parallel"])
+def test_kill_and_rerun_lands_everything_once(tmp_path, mode):
     files = []
     for k in range(3):
         d = tmp_path / f"exp{k}"
@@ -31,13 +38,16 @@ def test_kill_and_rerun_lands_everything_once(tmp_path):
     wh = tmp_path / "wh"
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(wh), *files], env=env, cwd=repo)
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, mode, str(wh), *files], env=env, cwd=repo)
     deadline = time.monotonic() + 60
     # kill once the second unit is being written: one unit committed (its runs file exists), the next
     # one half-written (more episodes parts than one unit's 12)
     while time.monotonic() < deadline and proc.poll() is None:
-        if list((wh / "runs").glob("*/*.parquet")) and len(list((wh / "episodes").glob("*/*.parquet"))) >= 15:
+        committed = list((wh / "runs").glob("*/*.parquet"))
+        if mode == "serial" and committed and len(list((wh / "episodes").glob("*/*.parquet"))) >= 15:
             break
+        if mode == "parallel" and committed and len(list((wh / "_staging").glob("*.parquet"))) >= 3:
+            break  # the next unit's chunks are being staged by the workers
         time.sleep(0.002)
     assert proc.poll() is None, "ingest finished before it could be killed; make the input bigger"
     os.kill(proc.pid, signal.SIGKILL)
@@ -57,3 +67,7 @@ def test_kill_and_rerun_lands_everything_once(tmp_path):
     per_run = con.execute("select count(*) from steps group by run_id").fetchall()
     assert sorted(per_run) == [(N_PER_FILE * 4,)] * 3
     assert con.execute("select count(*) from import_fidelity").fetchone() == (3 * N_PER_FILE,)
+    con.close()
+    with Warehouse(wh).writer() as w:  # what the killed workers staged was never visible; vacuum removes it
+        w.vacuum(force=True)
+    assert not list((wh / "_staging").iterdir())
