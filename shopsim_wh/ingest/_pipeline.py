@@ -1,18 +1,17 @@
-"""Parallel parsing: worker processes turn byte ranges of a JSONL file into Arrow tables.
+"""Parallel parsing: worker processes turn byte ranges of a JSONL file into Parquet files and Arrow tables.
 
 Used by the v4 reader for large uncompressed files (``ingest(..., parallel=True)``). The file is cut
 into chunks of about ``flush_bytes`` at line boundaries; worker *k* (``python -m
 shopsim_wh.ingest._pipeline``, independent of how the parent was started) parses chunks k, k+W,
-k+2W, ... with the reader's chunk function, writes each result (one Arrow IPC file per table, which
-the parent memory-maps, plus the chunk's pickled state) to its private temporary directory and
-announces it with one line on stdout. The parent reads the announcements in chunk order, merges the state (attempt numbers, line numbers,
-fidelity counts) and encodes Parquet while the workers parse on. Big payloads go through files, not
-the pipe: a pipe is read in 64 KiB pieces, each waiting for the GIL. The bulky tables (``STAGED``) are
-not handed over at all: the worker encodes them to Parquet in the warehouse's ``_staging/`` itself (the
-files carry no run id, which lives in the directory the commit moves them to), so both cores encode and
-the parent only commits; small tables travel as Arrow IPC so the parent can renumber them. If the
-parent dies, a worker's next announcement fails and it cleans up and exits; staged files it leaves are
-orphans that ``vacuum`` removes.
+k+2W, ... with the reader's chunk function. The bulky tables (``STAGED``) it encodes to Parquet in the
+warehouse's ``_staging/`` itself (the files carry no run id, which lives in the directory a commit moves
+them to), so both cores encode; the small tables, which the parent renumbers across chunks, it writes as
+one Arrow IPC file each (the parent memory-maps them) next to the chunk's pickled state in its private
+temporary directory, and announces the chunk with one line on stdout. The parent reads the announcements
+in chunk order, merges the state (attempt numbers, line numbers, fidelity counts) and commits. Payloads
+go through files, not the pipe: a pipe is read in 64 KiB pieces, each waiting for the GIL. If the parent
+dies, a worker's next announcement fails and it cleans up and exits; staged files it leaves are orphans
+that ``vacuum`` removes.
 """
 
 from __future__ import annotations

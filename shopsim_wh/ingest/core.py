@@ -178,7 +178,7 @@ def ingest(
     ``progress(done_bytes, total_bytes)`` is called as input is consumed. ``max_field_bytes`` caps
     one string field (larger records are rejected as ``oversized_field``); ``flush_every`` is how many
     records are buffered before their rows are encoded to Parquet (memory stays flat). ``parallel``
-    lets the v4 reader parse files >= 64 MiB in two worker processes while this one encodes Parquet
+    lets the v4 reader parse and encode files >= 64 MiB in two worker processes while this one commits
     (``flush_bytes`` is also the chunk size). Record-level problems
     become ``ingest_errors`` rows; a unit whose reader fails outright is reported in the summary
     (status ``failed``) and nothing of it is committed.
