@@ -271,6 +271,10 @@ class Writer:
                 raise WarehouseError(f"unknown table {table!r}; known: {', '.join(TABLES)}")
             check_run_id(run_id)
             if isinstance(data, StagedFile):
+                have = pq.read_schema(data.path)  # the footer only: a file of another table or version is refused
+                if not have.equals(TABLES[table].arrow_schema, check_metadata=False):
+                    raise WarehouseError(f"staged file {data.path.name} does not have the declared schema of table "
+                                         f"{table!r} (schema version {SCHEMA_VERSION}); write it with stage_parquet")
                 staged.setdefault(table, []).append(self._place(table, run_id, data))
                 continue
             if data.num_rows == 0:

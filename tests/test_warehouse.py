@@ -126,6 +126,10 @@ def test_staged_files_written_elsewhere_are_adopted_by_a_commit(warehouse, tmp_p
         outside = stage_parquet(tmp_path, steps, 1)
         with pytest.raises(WarehouseError, match="staging directory"):
             w.commit([("steps", "r1", StagedFile(outside.path, outside.rows))])
+        wrong = stage_parquet(wh.staging_dir, steps, 1)  # a steps file offered as episodes
+        with pytest.raises(WarehouseError, match="declared schema of table 'episodes'"):
+            w.commit([("episodes", "r1", wrong)])
+        wrong.path.unlink()
     assert not list(wh.staging_dir.glob("*.parquet"))
     con = connect(warehouse)
     assert con.execute("select run_id, count(*), max(step_idx) from steps group by 1").fetchall() == [("r1", 5, 4)]
