@@ -303,6 +303,13 @@ def empty_table(name: str) -> pa.Table:
     return TABLES[name].arrow_schema.empty_table()
 
 
+def conform(name: str, data: pa.Table) -> pa.Table:
+    """``data`` with exactly the declared columns of table ``name``, in order and cast to their types
+    (raises when a column is missing or cannot be cast)."""
+    spec = TABLES[name]
+    return data.select(spec.column_names).cast(spec.arrow_schema)
+
+
 def to_arrow(name: str, rows: list[dict]) -> pa.Table:
     """Build a table from row dicts, validating against the declared schema.
 

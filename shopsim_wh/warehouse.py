@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import WarehouseError, WarehouseLockedError
-from .schema import DICTIONARY_COLUMNS, PARTITION_KEY, SCHEMA_VERSION, TABLES
+from .schema import DICTIONARY_COLUMNS, PARTITION_KEY, SCHEMA_VERSION, TABLES, conform
 
 SNAPSHOT_FORMAT = "shopsim-wh-snapshot-v1"
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -279,7 +279,7 @@ class Writer:
                 continue
             if data.num_rows == 0:
                 continue
-            data = data.select(TABLES[table].column_names).cast(TABLES[table].arrow_schema)
+            data = conform(table, data)
             staged.setdefault(table, []).append(self._write_file(table, run_id, data, compression_level=compression_level))
         replace = set(replace_runs)
         new = Snapshot(tables={}, pending_delete=list(self.snap.pending_delete))

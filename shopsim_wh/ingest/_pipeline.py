@@ -32,10 +32,6 @@ from ..warehouse import StagedFile
 
 _FIELDS = ("source_file", "run_id", "load_id", "source_format", "experiment", "max_field_bytes", "flush_every",
            "flush_bytes", "staging_dir")
-# glibc malloc in the workers keeps freed memory instead of returning it to the kernel after every chunk:
-# each chunk allocates and frees the same few hundred MB, and first-touch page faults are expensive on VMs.
-_MALLOC_ENV = {"MALLOC_TRIM_THRESHOLD_": str(1 << 31), "MALLOC_TOP_PAD_": str(256 << 20),
-               "MALLOC_MMAP_THRESHOLD_": str(32 << 20)}
 STAGED = frozenset({"steps", "actions", "observations", "messages", "tools"})  # encoded by the workers
 
 
@@ -81,7 +77,7 @@ def worker_main(argv: list[str]) -> int:
     sys.meta_path.insert(0, _NoPandas())
     import importlib
 
-    from ..schema import TABLES
+    from ..schema import conform
     from ..warehouse import stage_parquet
     from ._rows import Sink
     from .core import INGEST_ZSTD_LEVEL, UnitContext
@@ -98,8 +94,8 @@ def worker_main(argv: list[str]) -> int:
             names = []
             for name, table in ctx.sink.flush():
                 if name in STAGED and spec["staging_dir"]:
-                    table = table.select(TABLES[name].column_names).cast(TABLES[name].arrow_schema)
-                    staged = stage_parquet(Path(spec["staging_dir"]), table, INGEST_ZSTD_LEVEL, prefix=spec["load_id"])
+                    staged = stage_parquet(Path(spec["staging_dir"]), conform(name, table), INGEST_ZSTD_LEVEL,
+                                           prefix=spec["load_id"])
                     names.append((name, str(staged.path), staged.rows))
                     continue
                 with pa.OSFile(str(tmp / f"chunk-{idx:06d}-{name}.arrow"), "wb") as sink, \
@@ -135,8 +131,7 @@ def map_chunks(ctx, chunks: list[tuple[int, int]], module: str, function: str, w
 
     import shopsim_wh
     pkg_root = str(Path(shopsim_wh.__file__).resolve().parents[1])
-    env = {**_MALLOC_ENV, **os.environ,
-           "PYTHONPATH": os.pathsep.join(x for x in (pkg_root, os.environ.get("PYTHONPATH")) if x)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (pkg_root, os.environ.get("PYTHONPATH")) if x)}
     procs = []
     for k in range(workers):
         spec = {**base, "chunks": [(i, s, e) for i, (s, e) in enumerate(chunks) if i % workers == k]}

@@ -70,9 +70,9 @@ def read_parallel(ctx: UnitContext):
             ctx.run_fields.update(meta["run_fields"])
         out = []
         for name, t in tables:
-            if prior and name in _ATTEMPT_TABLES and isinstance(t, StagedFile):  # rare: a retry across chunks
-                t = _load_staged(t)
-            if prior and name in _ATTEMPT_TABLES:
+            if prior and name in _ATTEMPT_TABLES:  # rare: an episode retried across a chunk boundary
+                if isinstance(t, StagedFile):
+                    t = _load_staged(t)
                 eids = t.column("episode_id").to_pylist()
                 att = [a + prior.get(e, 0) for e, a in zip(eids, t.column("attempt").to_pylist(), strict=True)]
                 t = t.set_column(t.schema.get_field_index("attempt"), "attempt", pa.array(att, pa.int16()))
