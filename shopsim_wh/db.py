@@ -3,7 +3,10 @@
 ``connect(root)`` returns a DuckDB connection where
 
 * ``stg_<table>`` reads exactly the files of the current snapshot (never a glob: see warehouse.py),
-  with ``run_id`` taken from the Hive path;
+  with ``run_id`` taken from the Hive path. A small table (its snapshot files total at most
+  ``small_table_bytes``) is copied once into a TEMP table ``stg_<table>`` instead: every Parquet
+  scan pays per-file set-up (about 1-3 ms here) however few its rows, which dominates queries on small
+  tables, and the copy is exact because a connection reads one snapshot for its whole life;
 * every ``.sql`` file under ``sql/<layer>/`` is executed, layers in :data:`LAYERS` order. A file may
   depend on views of earlier layers and, within its layer, on others (resolved by retrying).
 
@@ -28,6 +31,7 @@ from .schema import PARTITION_KEY, SCHEMA_VERSION, TABLES
 from .warehouse import Snapshot, Warehouse
 
 LAYERS = ("base", "ir", "analytics", "exports")
+SMALL_TABLE_BYTES = 512 << 10  # on-disk bytes: at 5,000 episodes runs, episodes, agents, tools and the other small tables
 
 _DUCK_TYPES = {
     pa.string(): "VARCHAR", pa.int16(): "SMALLINT", pa.int32(): "INTEGER", pa.int64(): "BIGINT",
@@ -113,10 +117,24 @@ def ordered_sql(root: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def install_views(con: duckdb.DuckDBPyConnection, wh: Warehouse, snap: Snapshot | None = None) -> None:
+def install_views(con: duckdb.DuckDBPyConnection, wh: Warehouse, snap: Snapshot | None = None,
+                  small_table_bytes: int = 0) -> None:
+    """Create the ``stg_`` views of ``snap`` (default: the current snapshot), then every shipped view.
+
+    A table whose files total at most ``small_table_bytes`` on disk becomes a TEMP table ``stg_<table>``
+    holding its rows instead (a table, not a view over one: each view layer costs planning time on every
+    query); 0 keeps every table on Parquet.
+    """
     snap = snap or wh.snapshot()
+    db = ident(con.execute("SELECT current_database()").fetchone()[0])
     for table in TABLES:
-        con.execute(f"CREATE OR REPLACE VIEW {ident('stg_' + table)} AS {staging_sql(wh, snap, table)}")
+        name, select, entries = ident("stg_" + table), staging_sql(wh, snap, table), snap.files(table)
+        if entries and sum(e.bytes for e in entries) <= small_table_bytes:  # (re-installing may switch kinds)
+            con.execute(f"DROP VIEW IF EXISTS {db}.main.{name}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {select}")
+        else:
+            con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
+            con.execute(f"CREATE OR REPLACE VIEW {db}.main.{name} AS {select}")
     pending = list(ordered_sql(str(sql_dir())))
     while pending:  # the order is a sort on names found in the text; a retry covers what a regex misses
         failed = []
@@ -131,14 +149,26 @@ def install_views(con: duckdb.DuckDBPyConnection, wh: Warehouse, snap: Snapshot 
         pending = [(n, t) for n, t, _ in failed]
 
 
-def connect(root: str | os.PathLike, database: str = ":memory:", threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """Open DuckDB with every warehouse view installed (reads the current snapshot once)."""
+def connect(root: str | os.PathLike, database: str = ":memory:", threads: int | None = None,
+            small_table_bytes: int | None = None) -> duckdb.DuckDBPyConnection:
+    """Open DuckDB with every warehouse view installed (reads the current snapshot once).
+
+    ``small_table_bytes`` (default :data:`SMALL_TABLE_BYTES`; 0 turns it off) is the on-disk size up to which
+    a table is copied into memory at connect. A ``database`` file never gets the copies: its views must still
+    work when a BI tool reopens the file without this function, and TEMP tables do not outlive a connection.
+    """
+    if small_table_bytes is None:
+        small_table_bytes = SMALL_TABLE_BYTES if database == ":memory:" else 0
+    elif small_table_bytes and database != ":memory:":
+        raise WarehouseError(
+            "small_table_bytes needs an in-memory database: a database file's views must outlive this connection; "
+            "pass small_table_bytes=0 (or leave it unset) with database=...")
     wh = Warehouse(root)
     con = duckdb.connect(database)
     con.execute("SET parquet_metadata_cache = true")  # footers are read once per connection, not per query
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    install_views(con, wh)
+    install_views(con, wh, small_table_bytes=small_table_bytes)
     return con
 
 

@@ -5,6 +5,8 @@ over the episode attempts instead of reading the `episodes`, `episode_attempts` 
 views (each of which would scan the episode files again). These tests hold it to those views' definitions,
 and check the plan: the episode files are scanned at most twice (the attempts and the retried_episodes
 lookup), and a run_id filter (the gate's bare score) still prunes every scan to that run's files.
+The plan tests read everything from Parquet (small_table_bytes=0); the last tests check that the in-memory
+copies of small tables (db.connect's default) give the same answers and really replace the scans.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import statistics
 
 import pytest
 
-from .test_analytics_support import synth_connection
+from shopsim_wh.db import connect
+
+from .test_analytics_support import synth_connection, synth_warehouse
 
 PER_RUN = """
 SELECT
@@ -43,6 +47,18 @@ GROUP BY run_id
 @pytest.fixture(scope="module")
 def con():
     return synth_connection()
+
+
+@pytest.fixture(scope="module")
+def parquet_con():
+    """Every table read from its Parquet files, whatever its size."""
+    return connect(synth_warehouse()[0], small_table_bytes=0)
+
+
+@pytest.fixture(scope="module")
+def memory_con():
+    """Every table copied into memory at connect."""
+    return connect(synth_warehouse()[0], small_table_bytes=1 << 40)
 
 
 def rows(con, sql: str) -> dict[str, dict]:
@@ -98,14 +114,35 @@ def parquet_scans(con, sql: str, params=()) -> list[dict]:
     return out
 
 
-def test_run_metrics_scans_the_episode_files_at_most_twice(con):
-    scans = parquet_scans(con, "SELECT * FROM run_metrics")
+def test_run_metrics_scans_the_episode_files_at_most_twice(parquet_con):
+    scans = parquet_scans(parquet_con, "SELECT * FROM run_metrics")
     episode_scans = [s for s in scans if "episode_id" in s.get("Projections", [])]
     assert len(episode_scans) <= 2, scans  # the attempts and the retried_episodes lookup
     assert len(scans) <= 3, scans  # ... and runs
 
 
-def test_a_run_id_filter_prunes_every_scan(con):
-    scans = parquet_scans(con, "SELECT completed, reward_mean FROM run_metrics WHERE run_id = ?",
+def test_a_run_id_filter_prunes_every_scan(parquet_con):
+    scans = parquet_scans(parquet_con, "SELECT completed, reward_mean FROM run_metrics WHERE run_id = ?",
                           ["synth-ckpt-a-bare"])
     assert scans and all(s.get("Scanning Files", "").startswith("1/") for s in scans), scans
+
+
+def test_tables_copied_into_memory_replace_the_scans(memory_con, parquet_con):
+    assert parquet_scans(parquet_con, "SELECT * FROM run_metrics")
+    assert parquet_scans(memory_con, "SELECT * FROM run_metrics") == []
+    copies = {r[0] for r in memory_con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()}
+    assert {"stg_episodes", "stg_runs", "stg_steps"} <= copies
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM run_metrics",
+    "SELECT * FROM episodes",
+    "SELECT * FROM task_metrics",
+    "SELECT * FROM error_labels",
+    "SELECT run_id, count(*), sum(step_idx), count(DISTINCT agent_id) FROM ir_steps GROUP BY run_id",
+])
+def test_memory_copies_answer_like_the_parquet_files(memory_con, parquet_con, sql):
+    ordered = f"SELECT * FROM ({sql}) ORDER BY ALL"
+    want = parquet_con.execute(ordered).fetchall()
+    assert want
+    assert memory_con.execute(ordered).fetchall() == want

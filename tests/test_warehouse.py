@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shopsim_wh.db import connect
+from shopsim_wh.db import connect, install_views
 from shopsim_wh.errors import WarehouseError, WarehouseLockedError
 from shopsim_wh.schema import TABLES, to_arrow
 from shopsim_wh.warehouse import StagedFile, Warehouse, stage_parquet
@@ -54,6 +54,38 @@ def test_readers_never_see_half_a_commit(warehouse):
     assert not errors, errors[0]
     assert len(seen) > 5
     assert all(steps == 3 * eps for eps, steps in seen), "a reader saw one table of a batch without the other"
+
+
+def test_small_tables_in_memory_keep_the_snapshot_of_the_connection(warehouse):
+    with Warehouse(warehouse).writer() as w:
+        w.commit(_batch("r", 0))
+    con = connect(warehouse)  # the default copies these tiny tables into memory
+    assert {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()} >= {
+        "stg_episodes", "stg_steps"}
+    with Warehouse(warehouse).writer() as w:
+        w.commit(_batch("r", 1))
+    assert con.execute("SELECT count(*) FROM episodes").fetchone()[0] == 1  # still the snapshot it opened
+    assert connect(warehouse).execute("SELECT count(*) FROM episodes").fetchone()[0] == 2
+    for small_table_bytes in (0, 1 << 20):  # re-installing switches a stg_ relation between view and table
+        install_views(con, Warehouse(warehouse), small_table_bytes=small_table_bytes)
+        kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
+                                 "WHERE table_name IN ('stg_episodes', 'stg_steps')").fetchall())
+        assert kinds == dict.fromkeys(("stg_episodes", "stg_steps"),
+                                      "LOCAL TEMPORARY" if small_table_bytes else "VIEW"), kinds
+        assert con.execute("SELECT count(*) FROM episodes").fetchone()[0] == 2
+
+
+def test_a_database_file_keeps_views_that_work_without_connect(warehouse, tmp_path):
+    import duckdb
+
+    with Warehouse(warehouse).writer() as w:
+        w.commit(_batch("r", 0))
+    db = tmp_path / "catalog.duckdb"
+    with pytest.raises(WarehouseError, match="small_table_bytes=0"):
+        connect(warehouse, database=str(db), small_table_bytes=1 << 20)
+    connect(warehouse, database=str(db)).close()  # no in-memory copies for a file
+    reopened = duckdb.connect(str(db))  # as a BI tool opens it: no shopsim_wh code involved
+    assert reopened.execute("SELECT count(*), max(reward) FROM episodes").fetchone() == (1, 1.0)
 
 
 def test_compaction_keeps_open_readers_working_and_merges_files(warehouse):

@@ -91,21 +91,16 @@ per_task AS (  -- = task_success_counts (the definition pass_at_k shares), over 
     GROUP BY run_id, task_id
 ),
 
-repeats AS (
-    SELECT run_id, max(n) AS repeats, count(*) AS tasks FROM per_task GROUP BY run_id
-),
-
-pass AS (
+pass AS (  -- repeats = the run's most samples of a task (a window, so no second pass over per_task)
     SELECT
-        t.run_id,
-        max(r.repeats) AS repeats,
-        max(r.tasks) AS tasks,
-        avg(CAST(t.c AS DOUBLE) / t.n) AS pass_at_1,
-        CASE WHEN max(r.repeats) > 1 THEN avg(pass_at_k_estimate(t.n, t.c, r.repeats)) END AS pass_at_k,
-        CASE WHEN max(r.repeats) > 1 THEN avg(pass_hat_k_estimate(t.n, t.c, r.repeats)) END AS pass_hat_k
-    FROM per_task AS t
-    JOIN repeats AS r ON r.run_id = t.run_id
-    GROUP BY t.run_id
+        run_id,
+        max(repeats) AS repeats,
+        count(*) AS tasks,
+        avg(CAST(c AS DOUBLE) / n) AS pass_at_1,
+        CASE WHEN max(repeats) > 1 THEN avg(pass_at_k_estimate(n, c, repeats)) END AS pass_at_k,
+        CASE WHEN max(repeats) > 1 THEN avg(pass_hat_k_estimate(n, c, repeats)) END AS pass_hat_k
+    FROM (SELECT run_id, n, c, max(n) OVER (PARTITION BY run_id) AS repeats FROM per_task) AS t
+    GROUP BY run_id
 ),
 
 final AS (
