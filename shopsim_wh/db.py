@@ -128,8 +128,10 @@ def install_views(con: duckdb.DuckDBPyConnection, wh: Warehouse, snap: Snapshot 
     snap = snap or wh.snapshot()
     db = ident(con.execute("SELECT current_database()").fetchone()[0])
     for table in TABLES:
-        name, select, entries = ident("stg_" + table), staging_sql(wh, snap, table), snap.files(table)
-        if entries and sum(e.bytes for e in entries) <= small_table_bytes:  # (re-installing may switch kinds)
+        name, select = ident("stg_" + table), staging_sql(wh, snap, table)
+        entries = snap.files(table)
+        # each branch drops the other kind first: re-installing on a connection may switch a table's kind
+        if entries and sum(e.bytes for e in entries) <= small_table_bytes:
             con.execute(f"DROP VIEW IF EXISTS {db}.main.{name}")
             con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {select}")
         else:

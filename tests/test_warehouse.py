@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -76,8 +77,6 @@ def test_small_tables_in_memory_keep_the_snapshot_of_the_connection(warehouse):
 
 
 def test_a_database_file_keeps_views_that_work_without_connect(warehouse, tmp_path):
-    import duckdb
-
     with Warehouse(warehouse).writer() as w:
         w.commit(_batch("r", 0))
     db = tmp_path / "catalog.duckdb"
