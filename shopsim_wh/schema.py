@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
+SCHEMA_VERSION = 3  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
+# 3: episodes.r_loose/r_strict/r_success/reward_derived; runs.primary_reward/environment_version/observation_version
 PARTITION_KEY = "run_id"
 # Columns written with Parquet dictionary encoding: the low-cardinality ones (ids, enums). On free text it
 # is tried, abandoned after the first dictionary page and costs time for nothing.
@@ -113,6 +114,9 @@ _register(_table(
     C("planned_episodes", I64, "Number of jobs the run plans."),
     C("allow_test", B, "True when the test split was explicitly allowed (`--allow-test`)."),
     C("tool_version", S, "shopsim-wh version that created the run."),
+    C("primary_reward", S, "What `episodes.reward` means for this run: `r_strict` (shop_env's healthz says so), `r_loose` (pi-slime), `task_reward` (other sources)."),
+    C("environment_version", S, "The environment server's `environment_version` (healthz / reset answer)."),
+    C("observation_version", S, "`observation_state.observation_version` the server speaks (`shopping-observation-v7`)."),
     C("provenance", S, "JSON: any further provenance (manifest.json / summary.json for ingested v4 runs)."),
 ))
 
@@ -136,11 +140,15 @@ _register(_table(
     C("split", S, "Split of the task."),
     C("status", S, "`completed` or `failed` (infrastructure failure: see `failures`; never a reward of 0)."),
     C("done", B, "The environment said the episode ended."),
-    C("reward", F64, "Environment's scalar reward in [0, 1] (`r_loose`); NULL when failed."),
+    C("reward", F64, "The server's top-level reward, as it reported it; its meaning is `runs.primary_reward` (`r_strict` for ShopSimulator's shop_env, `r_loose` for the pi-slime server). NULL when failed."),
     C("r_type", F64, "Reward component: product type match."),
     C("r_att", F64, "Reward component: attribute match."),
     C("r_option", F64, "Reward component: option match (NULL when the goal has no options)."),
     C("r_price", F64, "Reward component: price within budget."),
+    C("r_loose", F64, "`reward_detail.r_loose` = r_type * (M_att + M_opt + r_price) / (N_att + N_opt + 1)."),
+    C("r_strict", F64, "`reward_detail.r_strict` = r_type * r_att * r_option * r_price."),
+    C("r_success", F64, "`reward_detail.r_success`: 1 iff all four components are 1, else 0 (sources with a task reward only: reward >= 1)."),
+    C("reward_derived", B, "True when shopsim-wh computed r_loose / r_strict / r_success because the source reported none of them."),
     C("right_product", B, "Purchased product id equals the goal's (computed at write time; the goal itself is not stored)."),
     C("purchase_asin", S, "Purchased product id (NULL without purchase)."),
     C("reward_detail", S, "JSON: the server's full reward detail, private goal removed."),

@@ -54,7 +54,7 @@ def format_summary(rows: list[dict]) -> str:
             f"run {r['run_id']}: planned {r['planned']}, completed {r['completed']}, failed {r['failed']} "
             f"(coverage {f('coverage')})\n"
             f"  reward {f('reward_mean')} ± {f('reward_sem')} (SEM)   success {f('r_success_mean')}   "
-            f"r_hard {f('r_hard_mean')}   right product {f('right_product_rate')}{passk}\n"
+            f"r_strict {f('r_strict_mean')}   right product {f('right_product_rate')}{passk}\n"
             f"  r_type {f('r_type_mean')}  r_att {f('r_att_mean')}  r_option {f('r_option_mean')}  r_price {f('r_price_mean')}\n"
             f"  mean model steps {f('mean_model_steps', 2)}   mean env actions {f('mean_steps', 2)}   "
             f"invalid-action rate {f('invalid_action_rate')}   protocol-error rate {f('protocol_error_rate')}\n"

@@ -27,7 +27,7 @@ SELECT
     count(*) FILTER (WHERE status = 'completed') AS completed,
     count(*) FILTER (WHERE status = 'failed') AS failed,
     avg(reward) FILTER (WHERE status = 'completed') AS reward_mean,
-    avg(r_hard) FILTER (WHERE status = 'completed') AS r_hard_mean,
+    avg(r_strict) FILTER (WHERE status = 'completed') AS r_strict_mean,
     avg(r_success) FILTER (WHERE status = 'completed') AS r_success_mean,
     avg(total_actions) FILTER (WHERE status = 'completed') AS mean_steps,
     CAST(sum(protocol_errors) AS DOUBLE) / nullif(sum(model_steps), 0) AS protocol_error_rate,

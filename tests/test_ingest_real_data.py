@@ -131,7 +131,7 @@ def test_tau_bench_success_and_pass_hat_k(con):
     rewards: dict[int, list[float]] = {}
     for task_id, reward in q(con, "select task_id, reward from episodes where run_id = ?", run_id):
         rewards.setdefault(task_id, []).append(reward)
-    assert q(con, "select r_success_mean, r_hard_mean, reward_mean, repeats, tasks from run_metrics where run_id = ?",
+    assert q(con, "select r_success_mean, r_strict_mean, reward_mean, repeats, tasks from run_metrics where run_id = ?",
              run_id) == [(pytest.approx(84 / 200), pytest.approx(84 / 200), pytest.approx(84 / 200), 4, 50)]
     for k in (1, 2, 4):
         want = [comb(sum(r >= 1 for r in rs), k) / comb(len(rs), k) for rs in rewards.values()]

@@ -463,7 +463,7 @@ def _fit(con, table: str, specs, bootstrap: int, alpha: float, seed: int):
 def bare_score(con, run_id: str) -> dict:
     """The run's own skill-free score: its `run_metrics` row (completed episodes only), unchanged by pairing."""
     cur = con.execute(
-        "SELECT completed, failed, reward_mean, reward_sem, r_success_mean, r_hard_mean, planned "
+        "SELECT completed, failed, reward_mean, reward_sem, r_success_mean, r_strict_mean, planned "
         "FROM run_metrics WHERE run_id = ?", [run_id])
     cols = [d[0] for d in cur.description]
     out = dict(zip(cols, cur.fetchone(), strict=True))

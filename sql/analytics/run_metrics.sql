@@ -4,7 +4,7 @@
 -- coverage   planned (runs.planned_episodes), episodes (jobs with a final attempt), completed, failed,
 --            missing = planned - completed - failed, coverage = completed / planned
 -- reward     reward_mean and reward_sem (stddev_samp / sqrt(n)) over completed episodes only (a failed episode
---            is never a reward of 0); r_hard_mean (= r_strict_mean), r_loose_mean, r_success_mean (strict
+--            is never a reward of 0); r_strict_mean, r_loose_mean, r_success_mean (strict
 --            success rate), right_product_rate and the component means r_type / r_att / r_option / r_price
 -- pass@k     repeats = most completed samples of any task; pass_at_1 = mean over tasks of c/n;
 --            pass_at_k = mean over tasks of the unbiased estimator at k = repeats (pass_at_k_estimate), NULL
@@ -20,8 +20,8 @@
 -- One pass over the episode attempts: a query on this view costs mostly planning and per-operator setup, not
 -- rows, so it reads the episode files once (plus the small retried_episodes lookup) and keeps few operators.
 -- `attempts` is every attempt with the columns used here, is_final = the attempt the episodes view keeps (its
--- rule: LEFT JOIN retried_episodes, attempt = coalesce(last_attempt, 1)) and r_hard / r_success from the
--- r_hard_of / r_success_of macros the episodes view uses; one GROUP BY run_id gives the per-run figures
+-- rule: LEFT JOIN retried_episodes, attempt = coalesce(last_attempt, 1)) and r_strict / r_success from the
+-- stored columns or the r_strict_of / r_success_of macros the episodes view uses; one GROUP BY run_id gives the per-run figures
 -- (CASE on is_final / final_completed) and the attempt totals; per_task is task_success_counts' definition
 -- over the same rows. tests/test_analytics_plan.py holds these to the episodes, episode_attempts and
 -- task_success_counts views.
@@ -34,8 +34,9 @@ WITH attempts AS MATERIALIZED (  -- read once by per_run and per_task; a run_id 
         e.tokens_in, e.tokens_out, e.duration_s,
         e.attempt = coalesce(r.last_attempt, 1) AS is_final,
         e.attempt = coalesce(r.last_attempt, 1) AND e.status = 'completed' AS final_completed,
-        r_hard_of(e.r_type, e.r_att, e.r_option, e.r_price, e.reward) AS r_hard,
-        r_success_of(e.r_type, e.r_att, e.r_option, e.r_price, e.reward) AS r_success
+        e.r_loose,
+        coalesce(e.r_strict, r_strict_of(e.r_type, e.r_att, e.r_option, e.r_price, e.reward)) AS r_strict,
+        coalesce(e.r_success, r_success_of(e.r_type, e.r_att, e.r_option, e.r_price, e.reward)) AS r_success
     FROM episode_attempts AS e
     LEFT JOIN retried_episodes AS r ON r.run_id = e.run_id AND r.episode_id = e.episode_id
 ),
@@ -49,7 +50,8 @@ per_run AS (
         avg(CASE WHEN final_completed THEN reward END) AS reward_mean,
         stddev_samp(CASE WHEN final_completed THEN reward END)
             / sqrt(count(CASE WHEN final_completed THEN reward END)) AS reward_sem,
-        avg(CASE WHEN final_completed THEN r_hard END) AS r_hard_mean,
+        avg(CASE WHEN final_completed THEN r_strict END) AS r_strict_mean,
+        avg(CASE WHEN final_completed THEN r_loose END) AS r_loose_mean,
         avg(CASE WHEN final_completed THEN r_success END) AS r_success_mean,
         avg(CASE WHEN final_completed THEN CASE WHEN right_product THEN 1.0 WHEN NOT right_product THEN 0.0 END END)
             AS right_product_rate,
@@ -119,9 +121,8 @@ final AS (
         CAST(coalesce(m.completed, 0) AS DOUBLE) / nullif(r.planned_episodes, 0) AS coverage,
         m.reward_mean,
         m.reward_sem,
-        m.r_hard_mean,
-        m.r_hard_mean AS r_strict_mean,
-        m.reward_mean AS r_loose_mean,
+        m.r_strict_mean,
+        m.r_loose_mean,
         m.r_success_mean,
         m.right_product_rate,
         m.r_type_mean,

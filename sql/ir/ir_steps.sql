@@ -19,7 +19,7 @@
 --   calls        every call of the turn (parallel tool calls) with its own observation, in call order
 --   hook_context injected hook / system-reminder text delivered after this turn
 --   reward       reward reported at this step (0 where none; NULL when the episode has no reward at all)
---   outcome      struct of the episode's outcome (status, reward, r_success, r_hard, right_product,
+--   outcome      struct of the episode's outcome (status, reward, r_success, r_strict, right_product,
 --                termination_reason)
 -- Each base view is read once and grouped per step; calls are paired with their observations (matching
 -- call_id; a terminate carries no call id on either side) inside the per-step lists, which keeps a
@@ -132,7 +132,7 @@ final AS (
         CASE WHEN e.reward IS NULL THEN NULL ELSE coalesce(j.step_reward, CAST(0 AS DOUBLE)) END AS reward,
         coalesce(j.is_terminal, false) AS is_terminal,
         struct_pack(
-            status := e.status, reward := e.reward, r_success := e.r_success, r_hard := e.r_hard,
+            status := e.status, reward := e.reward, r_success := e.r_success, r_strict := e.r_strict,
             right_product := e.right_product, termination_reason := e.termination_reason) AS outcome,
         e.task_id,
         e.sample_id
