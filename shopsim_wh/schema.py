@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 SCHEMA_VERSION = 3  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
-# 3: episodes.r_loose/r_strict/r_success/reward_derived; runs.primary_reward/environment_version/observation_version
+# 3: episodes.r_loose/r_strict/r_success/reward_derived/reset_payload; runs.primary_reward/environment_version/
+#    observation_version; observations.payload
 PARTITION_KEY = "run_id"
 # Columns written with Parquet dictionary encoding: the low-cardinality ones (ids, enums). On free text it
 # is tried, abandoned after the first dictionary page and costs time for nothing.
@@ -171,6 +172,7 @@ _register(_table(
     C("duration_s", F64, "Wall time of the attempt in seconds."),
     C("source_format", S, "`shopsim-wh-runner` or the ingest reader."),
     C("source_file", S, "Ingested file (NULL for runner episodes)."),
+    C("reset_payload", S, "JSON: the environment's public reset answer (no env_idx, lease_id or private-goal fields)."),
     C("source_extra", S, "JSON: source fields no column holds (kept so a dump can re-emit the record)."),
 ))
 
@@ -250,6 +252,7 @@ _register(_table(
     C("page", S, "Page after the action."),
     C("is_error", B, "The tool reported an error / the action was invalid."),
     C("reward", F64, "Reward reported with this observation (terminal step), else NULL."),
+    C("payload", S, "JSON: the environment's whole answer to this action (interact / terminate), lease fields and private goal removed."),
     C("done", B, "Episode finished with this observation."),
 ))
 
