@@ -1,202 +1,223 @@
-"""The episode state machine: pages, invalid-action codes, action limit, terminate and reward."""
+"""The transport-free session, the observation renderer and the reward formulas on constructed purchases."""
 
 from __future__ import annotations
 
 import pytest
 
-from shopsim_wh.sim import text
+from shopsim_wh.sim import observation as obs
+from shopsim_wh.sim import reward as rw
 from shopsim_wh.sim.catalog import generate_catalog
-from shopsim_wh.sim.engine import OBSERVATION_VERSION, Episode, EpisodeDone, score_purchase
+from shopsim_wh.sim.engine import (
+    PAGE_SIZE,
+    Episode,
+    EpisodeDone,
+    extract_action,
+    parse_action,
+    private_goal,
+)
 from shopsim_wh.sim.tasks import generate_tasks
 
 TASKS = generate_tasks(0)
 CATALOG = generate_catalog(0)
 
 
-def _task_with_options(n_options: int = 2):
-    return next(t for t in TASKS.tasks if len(t.goal.options) == n_options and t.goal.price_upper < 150)
+def task_with(n_axes: int):
+    return next(t for t in TASKS.tasks if len(CATALOG.by_asin[t.goal.asin].options) == n_axes)
 
 
-def _open_goal_item(ep: Episode) -> dict:
-    """Search with the instruction and page through the results until the goal ASIN is clickable."""
-    r = ep.step(f"search[{ep.task.instruction}]")
-    for _ in range(5):
-        if ep.task.goal.asin in r["observation_state"]["actions"]:
-            return ep.step(f"click[{ep.task.goal.asin}]")
-        r = ep.step(f"click[{text.NEXT_PAGE}]")
-    raise AssertionError("goal not found in the results")
+def test_parse_and_extract_action():
+    assert parse_action("search[rain jacket]") == ("search", "rain jacket")
+    assert parse_action("  click[< prev] ") == ("click", "< prev")
+    assert parse_action("buy") == ("buy", None)
+    for bad, code in (("", "invalid_format"), ("click[a] now", "invalid_format"), ("click[a], search[b]",
+                      "multiple_actions_not_allowed"), ("Action: click[a]\nAction: click[b]", "multiple_actions_not_allowed")):
+        with pytest.raises(ValueError) as e:
+            parse_action(bad)
+        assert e.value.code == code
+    assert extract_action("Thought: 先搜索。\n  Action : click[buy now]  ") == "click[buy now]"
+    assert extract_action("search[x]") == "search[x]"
+    two = "Action: search[a]\nAction: click[b]"
+    assert extract_action(two) == two  # left whole, so the parser rejects it
 
 
-def test_search_page_and_observation_state():
-    task = TASKS.tasks[0]
-    ep = Episode(task, action_limit=15)
-    assert ep.observation.startswith(f"Instruction: [SEP] {task.instruction} [SEP] ")
-    assert text.SEARCH_TOKEN in ep.observation
-    assert ep.observation_state() == {
-        "observation_version": OBSERVATION_VERSION,
-        "page": "search",
-        "search_available": True,
-        "actions": [],
-        "page_num": None,
-        "asin": None,
-        "selected_options": {},
-    }
+def test_results_pages_ranks_and_navigation():
+    ep = Episode(TASKS.tasks[0])
+    ep.step("search[shampoo]")
+    st = ep.state()
+    assert st["page_type"] == "search_results" and st["page"] == 1 and st["rank_start"] == 1
+    assert st["total_results"] > PAGE_SIZE and st["total_pages"] == -(-st["total_results"] // PAGE_SIZE)
+    assert st["rank_end"] == PAGE_SIZE == len(st["products"])
+    assert [p["rank"] for p in st["products"]] == list(range(1, PAGE_SIZE + 1))
+    assert st["actions"][:2] == ["back to search", "next >"] and "< prev" not in st["actions"]
+    assert st["actions"][2:] == [p["asin"] for p in st["products"]]
+    assert st["search_text"] == "shampoo" and st["normalized_search_text"] == "shampoo"
+    ep.step("click[next >]")
+    st2 = ep.state()
+    assert st2["page"] == 2 and st2["rank_start"] == PAGE_SIZE + 1 and "< prev" in st2["actions"]
+    ep.step("click[< prev]")
+    assert ep.state()["products"] == st["products"]
+    ep.step("click[back to search]")
+    assert ep.state()["page_type"] == "search_home" and ep.state()["search_available"] is True
 
 
-def test_results_paging_item_and_subpages():
-    ep = Episode(TASKS.tasks[5], action_limit=50)
-    r = ep.step("search[rain jacket]")
-    st = r["observation_state"]
-    assert st["page"] == "results" and st["page_num"] == 1 and not st["search_available"]
-    assert st["actions"][:2] == [text.BACK_TO_SEARCH, text.NEXT_PAGE]
-    asins = st["actions"][2:]
-    assert len(asins) == text.RESULTS_PER_PAGE
-    assert text.SEARCH_TOKEN not in r["observation"]
-    for a in asins:
-        p = CATALOG.by_asin[a]
-        assert f"[button] {a} [button_] [SEP] {p.title} [SEP] ${p.price:.2f}" in r["observation"]
-    r = ep.step("click[next >]")
-    assert r["observation_state"]["page_num"] == 2 and text.PREV_PAGE in r["observation_state"]["actions"]
-    r = ep.step("click[< prev]")
-    assert r["observation_state"]["page_num"] == 1
-    r = ep.step(f"click[{asins[0]}]")
-    st = r["observation_state"]
-    assert st["page"] == "item" and st["asin"] == asins[0]
-    assert st["actions"][:2] == [text.BACK_TO_SEARCH, text.PREV]
-    assert st["actions"][-4:] == [text.DESCRIPTION, text.FEATURES, text.REVIEWS, text.BUY_NOW]
-    for sub in ("Description", "Features", "Reviews"):
-        r = ep.step(f"click[{sub}]")
-        assert r["observation_state"]["page"] == sub.lower()
-        assert r["observation_state"]["actions"] == [text.BACK_TO_SEARCH, text.PREV]
-        assert ep.step("click[< Prev]")["observation_state"]["page"] == "item"
-    r = ep.step("click[< Prev]")
-    assert r["observation_state"]["page"] == "results" and r["observation_state"]["page_num"] == 1
-    r = ep.step("click[Back to Search]")
-    assert r["observation_state"]["page"] == "search" and r["action_feedback"]["valid"]
+def test_product_page_options_buy_now_and_attributes_subpage():
+    task = task_with(2)
+    ep = Episode(task, show_attrs=True)
+    ep.step("search[x]")
+    ep.result_asins.insert(0, task.goal.asin)  # put the goal on the page without depending on the ranking
+    ep.step(f"click[{task.goal.asin}]")
+    st = ep.state()
+    axes = list(st["available_options"])
+    assert st["page_type"] == "product_detail" and len(axes) == 2
+    assert st["actions"][:3] == ["back to search", "< prev", "attributes"] and "buy now" not in st["actions"]
+    assert st["missing_option_axes"] == axes and st["options_complete"] is False and st["selected_options"] == {}
+    first = f"{axes[0]}={st['available_options'][axes[0]][0]}"
+    ep.step(f"click[{first}]")
+    st = ep.state()
+    assert first not in st["actions"] and st["selected_options"] == {axes[0]: first.split("=", 1)[1]}
+    assert ep.step(f"click[{first}]")["action_feedback"]["reason"] == "already_selected"
+    ep.step(f"click[{axes[1]}={st['available_options'][axes[1]][-1]}]")
+    st = ep.state()
+    assert st["options_complete"] is True and st["missing_option_axes"] == [] and "buy now" in st["actions"]
+    assert st["selected_price"] == CATALOG.by_asin[task.goal.asin].price
+    ep.step("click[attributes]")
+    sub = ep.state()
+    assert sub["page_type"] == "information_subpage" and sub["subpage"] == "Attributes"
+    assert sub["content"] == list(CATALOG.by_asin[task.goal.asin].attributes)
+    assert sub["actions"] == ["back to search", "< prev"]
+    assert ep.step("click[buy now]")["action_feedback"]["reason"] == "unavailable_action"
+    assert ep.observation().startswith("页面：商品属性页")
+    ep.step("click[< prev]")
+    assert ep.state()["page_type"] == "product_detail" and ep.state()["options_complete"] is True
 
 
-@pytest.mark.parametrize(
-    ("setup", "action", "code"),
-    [
-        ([], "buy the jacket", "malformed_action"),
-        ([], "click[]x", "malformed_action"),
-        (["search[rain jacket]"], "search[boots]", "search_unavailable"),
-        ([], "search[   ]", "empty_query"),
-        ([], "click[Search]", "unknown_clickable"),
-        (["search[rain jacket]"], "click[B0NOTTHERE]", "unknown_clickable"),
-    ],
-)
-def test_invalid_actions_keep_the_page_and_count(setup, action, code):
-    ep = Episode(TASKS.tasks[1], action_limit=15)
-    for a in setup:
-        ep.step(a)
-    before = (ep.observation, ep.observation_state())
-    r = ep.step(action)
-    assert r["action_feedback"]["valid"] is False and r["action_feedback"]["code"] == code
-    assert r["action_feedback"]["message"]
-    assert (r["observation"], r["observation_state"]) == before
-    assert r["actions_taken"] == len(setup) + 1 and r["done"] is False and r["reward"] is None
+def test_rendered_text_matches_the_state():
+    task = task_with(1)
+    ep = Episode(task)
+    ep.step("search[" + task.instruction.split(",")[0] + "]")
+    text = ep.observation()
+    st = ep.state()
+    assert text.startswith("页面：搜索结果\n搜索词：")
+    assert f"结果：第 1/{st['total_pages']} 页，共 {st['total_results']} 项，当前显示排名 1-{st['rank_end']}" in text
+    p = st["products"][0]
+    assert f"1. {p['title']}\n   ASIN：{p['asin']}\n   价格：{p['price']}\n   品牌：{p['brand']}\n" in text
+    assert "   关键属性：" + "；".join(p["key_attributes"]) in text
+    assert text.endswith("可点击元素：\n" + "\n".join(f"- {a}" for a in st["actions"]) + "\n")
+    assert "上次交互结果：\n- 结果：成功\n- 说明：搜索已执行" in text and "原因代码" not in text
+    with pytest.raises(obs.ObservationError):
+        obs.render({**st, "goal": {}})
+    with pytest.raises(obs.ObservationError):
+        obs.render({**st, "observation_version": "shopsim-obs-v1"})
 
 
-def test_click_matching_is_exact_then_case_insensitive():
-    ep = Episode(TASKS.tasks[2], action_limit=15)
-    ep.step("search[coffee]")
-    assert ep.step("click[back to search]")["observation_state"]["page"] == "search"
-    ep.step("search[coffee]")
-    assert ep.step("CLICK[NEXT >]")["observation_state"]["page_num"] == 2
+def test_non_terminal_state_and_text_never_hold_the_goal():
+    task = task_with(2)
+    ep = Episode(task, show_attrs=True)
+    secret = task.goal.goal_signature
+    for action in ("search[" + task.instruction + "]", "click[next >]", "click[< prev]", "click[nothing]"):
+        status = ep.step(action)
+        assert "goal" not in status and secret not in str(ep.state()) + ep.observation()
+        assert not obs.FORBIDDEN & set(ep.state())
 
 
-def test_exact_purchase_scores_one():
-    task = _task_with_options(2)
-    ep = Episode(task, action_limit=30)
-    _open_goal_item(ep)
-    for value in task.goal.options.values():
-        r = ep.step(f"click[{value}]")
-        assert r["action_feedback"]["valid"]
-    assert r["observation_state"]["selected_options"] == task.goal.options
-    r = ep.step("click[Buy Now]")
-    assert r["done"] and r["reward"] == 1.0 and r["termination_reason"] == "purchase"
-    assert r["reward_detail"] == {"r_type": 1.0, "r_att": 1.0, "r_option": 1.0, "r_price": 1.0}
-    assert r["purchase"]["asin"] == task.goal.asin and r["purchase"]["options"] == task.goal.options
-    assert r["goal"] == task.goal.to_dict()
-    assert r["observation_state"]["page"] == "done" and r["observation_state"]["actions"] == []
-    with pytest.raises(EpisodeDone):
-        ep.step("click[Buy Now]")
-    with pytest.raises(EpisodeDone):
-        ep.terminate("late")
-
-
-def test_partial_rewards_follow_the_webshop_formula():
-    task = _task_with_options(2)
-    goal = task.goal
-    product = CATALOG.by_asin[goal.asin]
-    n_att, n_opt = len(goal.attributes), 2
-    # no options selected: r_option = 0
-    d = score_purchase(goal, CATALOG, product, {})
-    assert d.r_option == 0.0 and d.reward == pytest.approx((n_att + 1) / (n_att + n_opt + 1), abs=1e-6)
-    # one of two options
-    kind, value = next(iter(goal.options.items()))
-    d = score_purchase(goal, CATALOG, product, {kind: value})
-    assert d.r_option == 0.5
-    # another category: r_type < 1 scales everything
-    other = next(p for p in CATALOG.products if p.category != goal.category)
-    d = score_purchase(goal, CATALOG, other, {})
-    assert d.r_type < 1.0 and d.reward <= d.r_type
-    # over budget
-    pricey = next(
-        p for p in CATALOG.products if p.category == goal.category and p.price > goal.price_upper
-    )
-    assert score_purchase(goal, CATALOG, pricey, {}).r_price == 0.0
-    # a goal without options reports r_option None
-    no_opt = next(t for t in TASKS.tasks if not t.goal.options)
-    d = score_purchase(no_opt.goal, CATALOG, CATALOG.by_asin[no_opt.goal.asin], {})
-    assert d.r_option is None and d.reward == 1.0
-
-
-def test_action_limit_ends_with_zero_reward():
-    ep = Episode(TASKS.tasks[3], action_limit=3)
-    ep.step("search[towel]")
-    ep.step("nonsense")
-    r = ep.step("click[next >]")
-    assert r["done"] and r["termination_reason"] == "action_limit" and r["reward"] == 0.0
-    assert r["reward_detail"] == {"r_type": 0.0, "r_att": 0.0, "r_option": 0.0, "r_price": 0.0}
-    assert r["actions_taken"] == 3 and r["action_limit"] == 3 and r["purchase"] is None
-    assert r["goal"]["goal_signature"] == TASKS.tasks[3].goal.goal_signature
-    # buying on the last allowed action is a purchase, not an action-limit stop
-    task = _task_with_options(1)
-    ep = Episode(task, action_limit=50)
-    _open_goal_item(ep)
-    ep.action_limit = ep.actions_taken + 1
-    assert ep.step("click[Buy Now]")["termination_reason"] == "purchase"
-
-
-def test_terminate_gives_zero_score_payload():
-    ep = Episode(TASKS.tasks[4])
+def test_action_limit_and_terminate_keep_the_last_page():
+    ep = Episode(TASKS.tasks[1])
     ep.step("search[lamp]")
-    r = ep.terminate("generation_length")
-    assert r["done"] and r["reward"] == 0.0 and r["termination_reason"] == "generation_length"
-    assert r["reward_detail"] == {"r_type": 0.0, "r_att": 0.0, "r_option": 0.0, "r_price": 0.0}
-    assert r["observation_state"]["page"] == "done"
+    for _ in range(28):
+        assert not ep.step("click[none]")["done"]
+    last = ep.step("click[none]")
+    assert last["done"] and last["termination_reason"] == "action_limit" and ep.action_count == 30
+    assert ep.state()["page_type"] == "search_results"
+    with pytest.raises(EpisodeDone):
+        ep.step("click[back to search]")
+    multi = Episode(TASKS.tasks[1], interaction_mode="multi_turn")
+    assert multi.max_actions == 40
+    with pytest.raises(ValueError):
+        Episode(TASKS.tasks[1], interaction_mode="chat")
+    t = Episode(TASKS.tasks[2])
+    with pytest.raises(ValueError):
+        t.terminate("bored")
+    out = t.terminate("generation_length")
+    assert out["reward"] == 0.0 and out["reward_detail"] == rw.empty_reward_detail("generation_length")
+    with pytest.raises(EpisodeDone):
+        t.terminate("action_limit")
 
 
 def test_same_actions_same_pages_and_rewards():
-    task = _task_with_options(1)
+    task = task_with(1)
 
-    def play() -> list[dict]:
-        ep = Episode(task, action_limit=20)
-        out = [_open_goal_item(ep)]
-        out.append(ep.step("click[Features]"))
-        out.append(ep.step("click[< Prev]"))
-        out.append(ep.step("click[Buy Now]"))
-        return out
+    def play():
+        ep = Episode(task)
+        ep.step("search[" + task.instruction.split(",")[0] + "]")
+        asin = ep.state()["products"][0]["asin"]
+        ep.step(f"click[{asin}]")
+        axis, values = next(iter(ep.state()["available_options"].items()))
+        ep.step(f"click[{axis}={values[0]}]")
+        return ep.observation(), ep.step("click[buy now]")
 
     assert play() == play()
 
 
-def test_non_terminal_payloads_never_carry_the_goal():
-    task = _task_with_options(2)
-    ep = Episode(task, action_limit=40)
-    payloads = [_open_goal_item(ep), ep.step("click[Reviews]"), ep.step("click[< Prev]"), ep.step("oops")]
-    for p in payloads:
-        assert p["goal"] is None and p["reward"] is None and not p["done"]
-        assert task.goal.goal_signature not in repr(p)
+# ---------------------------------------------------------------------------------------------- rewards
+
+
+def record(**kw):
+    base = {"asin": "1000000001", "title": "Nordvik Waterproof Hooded Rain Jacket", "category": "shopsim › rain jackets",
+            "attributes": ["waterproof", "hooded", "packable"], "bullet_points": ["Seam sealed: designed to be seam sealed."],
+            "description": "A light jacket."}
+    return {**base, **kw}
+
+
+GOAL = {"asin": "1000000001", "category": "shopsim › rain jackets", "name": "Nordvik Waterproof Hooded Rain Jacket",
+        "attributes": ["waterproof", "seam sealed"], "goal_options": ["large", "navy"], "price_upper": 50.0}
+PRICE = {"status": "pass", "price": 40.0, "method": "constant_option_price"}
+
+
+def test_exact_purchase_scores_one_everywhere():
+    d = rw.purchase_reward(record(), GOAL, {"size": "large", "color": "navy"}, PRICE)
+    assert (d["r_type"], d["r_att"], d["r_option"], d["r_price"]) == (1.0, 1.0, 1.0, 1.0)
+    assert d["r_loose"] == d["r_strict"] == 1.0 and d["r_success"] == 1 and d["target_asin_match"] is True
+    assert d["num_attr_matches"] == 2 and d["num_option_matches"] == 2  # "seam sealed" found in the bullet points
+    assert d["category_match"] is True and d["reward_version"] == "shopsimulator-paper-reward-v2"
+
+
+def test_partial_purchase_follows_the_loose_and_strict_formulas():
+    d = rw.purchase_reward(record(asin="1000000002", attributes=["hooded"], bullet_points=[]), GOAL,
+                           {"size": "small", "color": "navy"}, {**PRICE, "price": 60.0})
+    assert d["r_att"] == 0.5 and d["num_attr_matches"] == 1  # "waterproof" is in the title
+    assert d["r_option"] == 0.5 and d["num_option_matches"] == 1 and d["r_price"] == 0.0
+    assert d["r_loose"] == pytest.approx(1.0 * (1 + 1 + 0.0) / (2 + 2 + 1))
+    assert d["r_strict"] == 0.0 and d["r_success"] == 0 and d["target_asin_match"] is False
+
+
+def test_type_ladder_fuzzy_options_and_price_rules():
+    other = "shopsim › desk lamps"
+    assert rw.type_reward(other, "Sunfield Brass Desk Lamp", GOAL["category"], GOAL["name"])["r_type"] == 0.0
+    # 1 of the 5 wanted title terms: title_score 0.2 is not above 0.2 -> 0.5
+    assert rw.type_reward(other, "Nordvik Desk Lamp", GOAL["category"], GOAL["name"])["r_type"] == 0.5
+    assert rw.type_reward(other, "Nordvik Hooded Lamp", GOAL["category"], GOAL["name"])["r_type"] == 1.0
+    assert rw.type_reward("a › b › c", "x", "c › b", "y")["category_match"] is True
+    assert rw.fuzzy_ratio("Navy", "navy") == 100 and rw.fuzzy_ratio("navy", "red") < 85
+    assert rw.option_reward(["x-large"], ["large"])[1] == 1  # token sets: {x, large} contains {large}, ratio 100
+    assert rw.option_reward(["us 9"], ["us 10"])[1] == 0 and rw.fuzzy_ratio("iphone 14", "iphone 15") == 89
+    assert rw.option_reward([], []) == (1.0, 0) and rw.attribute_reward([], "", []) == (1.0, 0)
+    no_budget = rw.purchase_reward(record(), {**GOAL, "price_upper": None}, {"a": "large", "b": "navy"}, PRICE)
+    assert no_budget["r_price"] == 1.0 and no_budget["price_upper"] is None
+    unverifiable = rw.purchase_reward(record(), GOAL, {"a": "large", "b": "navy"}, {"status": "unverifiable", "price": None})
+    assert unverifiable["r_price"] == 0.0 and unverifiable["price_verifiable"] is False
+
+
+def test_engine_purchase_uses_the_formulas_on_the_private_goal():
+    task = task_with(2)
+    product = CATALOG.by_asin[task.goal.asin]
+    ep = Episode(task)
+    ep.step("search[x]")
+    ep.result_asins.insert(0, product.asin)
+    ep.step(f"click[{product.asin}]")
+    for axis, values in product.options.items():
+        ep.step(f"click[{axis}={task.goal.options.get(axis, values[0])}]")
+    out = ep.step("click[buy now]")
+    goal = private_goal(task, product)
+    assert out["goal"] == goal and out["reward"] == out["reward_detail"]["r_strict"] == 1.0
+    assert out["purchase"]["options"] == {a: task.goal.options.get(a, v[0]) for a, v in product.options.items()}
+    assert ep.state()["page_type"] == "terminal" and ep.observation().startswith("页面：任务已终止")

@@ -26,14 +26,14 @@ def test_catalog_shape_and_fields():
     assert len(cat.categories) >= 20
     asins = [p.asin for p in cat.products]
     assert len(set(asins)) == len(asins)
-    assert all(re.fullmatch(r"B0[A-Z2-7]{8}", a) for a in asins)
+    assert all(re.fullmatch(r"\d{10}", a) for a in asins)  # the real renderer accepts 8-12 digit ids only
     assert any(not p.options for p in cat.products) and any(p.options for p in cat.products)
     for p in cat.products:
         assert 5.0 <= p.price <= 200.0 and round(p.price, 2) == p.price
         assert p.price == make_price(0, p.index)
         assert p.attributes and p.title and p.description and p.features and p.reviews
         for values in p.options.values():
-            assert values and all(text.BUY_NOW != v and ";" not in v and ":" not in v for v in values)
+            assert values and all(v == v.casefold() and "=" not in v and "/" not in v for v in values)
 
 
 def test_catalog_and_tasks_are_deterministic_across_processes():
@@ -132,7 +132,7 @@ def test_search_ranking_is_deterministic_bm25():
     for q in ("waterproof hooded rain jacket", "organic whole bean coffee", "noise cancelling headphones"):
         a, b = idx.search(q), fresh.search(q)
         assert [p.asin for p in a] == [p.asin for p in b]
-        assert 0 < len(a) <= text.MAX_RESULTS
+        assert 0 < len(a) <= 150  # the real top_k
         top_words = set(text.tokenize(a[0].title + " " + " ".join(a[0].attributes) + " " + a[0].category))
         assert set(text.tokenize(q)) & top_words
     assert idx.search("zzzz qqqq") == []
