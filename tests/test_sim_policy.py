@@ -143,6 +143,12 @@ def test_models_and_a_normal_completion():
         assert (await c.post("/v1/chat/completions", json=req)).content == r.content
         req2 = {**req, "messages": [{"role": "system", "content": SYSTEM + " " + PLACEBO}, req["messages"][1]]}
         assert (await c.post("/v1/chat/completions", json=req2)).json()["id"] != doc["id"]
+        # the request's seed takes part in the draws; without one, the request's hash alone decides
+        unseeded = {k: v for k, v in req.items() if k != "seed"}
+        first = (await c.post("/v1/chat/completions", json=unseeded)).content
+        assert (await c.post("/v1/chat/completions", json=unseeded)).content == first
+        ids = {(await c.post("/v1/chat/completions", json={**req, "seed": s})).json()["id"] for s in (1, 2, 3)}
+        assert len(ids) == 3
 
     run(go)
 
