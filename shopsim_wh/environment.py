@@ -167,6 +167,9 @@ class ShopEnvAdapter:
             raise EnvProtocolError(f"environment {what}: {type(exc).__name__}: {exc}; is the server at "
                                    f"{self.client.base_url} up?") from exc
         result = _decode(resp, what)
+        if body["action"] == "reset" and "env_idx" in result and result.get("lease_id"):
+            # hold the lease before any check below can fail, so close() releases the slot
+            self.env_idx, self.lease_id = int(result["env_idx"]), str(result["lease_id"])
         if body["action"] in ("reset", "interact", "terminate"):
             if not isinstance(result.get("observation"), str):
                 raise EnvProtocolError(f"environment {what}: the answer has no rendered observation text")
@@ -187,9 +190,8 @@ class ShopEnvAdapter:
             raise EnvProtocolError("this adapter already holds a lease; use one adapter per episode")
         res = await self._post({"action": "reset", "idx": task_id, "if_persona": self.persona,
                                 "include_private_goal": False, "interaction_mode": self.interaction_mode}, "reset")
-        if "env_idx" not in res or not res.get("lease_id"):
+        if self.lease_id is None:
             raise EnvProtocolError("environment reset: the answer has no env_idx / lease_id; is this a shop_env server?")
-        self.env_idx, self.lease_id = int(res["env_idx"]), str(res["lease_id"])
         if not isinstance(res.get("task_instruction"), str):
             raise EnvProtocolError("environment reset: the answer has no task_instruction")
         self.environment_version = res.get("environment_version")

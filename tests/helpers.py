@@ -12,10 +12,10 @@ BASE = {
     "experiment": {"name": "t", "seed": 3},
     "tasks": {"split": "val", "sample_size": 6, "repeats": 1},
     "model": {"name": "scripted-strong", "base_url": "embedded", "checkpoint_id": "ck1",
-              "sampling": {"temperature": 0.6, "top_p": 1.0, "max_tokens": 4096}},
-    "environment": {"url": "embedded", "dialect": "canonical"},
+              "sampling": {"temperature": 0.6, "top_p": 1.0, "max_tokens": 4096}, "send_seed": True},
+    "environment": {"url": "embedded", "dialect": "shop_env"},
     "skills": {"path": None},
-    "runtime": {"action_limit": 15, "concurrency": 4},
+    "runtime": {"max_steps": 30, "concurrency": 4},
 }
 
 
