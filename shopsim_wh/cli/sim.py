@@ -14,15 +14,16 @@ def serve(
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8765,
     seed: Annotated[int, typer.Option(help="Catalog seed.")] = 0,
-    capacity: Annotated[int, typer.Option(help="Concurrent environment leases.")] = 256,
-    lease_ttl: Annotated[float, typer.Option(help="Seconds an idle lease lives before the server reclaims it.")] = 600.0,
+    capacity: Annotated[int, typer.Option(help="Environment slots; a reset waits while all are leased.")] = 20,
+    show_attrs: Annotated[bool, typer.Option(help="Offer the attributes subpage on product pages.")] = False,
     latency_ms: Annotated[float, typer.Option(help="Scripted policy: wait this long before each answer, like a real model server.")] = 0.0,
 ) -> None:
-    """Serve both environment dialects and the OpenAI-compatible scripted policy on one port."""
+    """Serve the shop_env API (and the pi-slime dialect) and the OpenAI-compatible scripted policy on one port."""
     from ..sim.policy import PolicyConfig
     from ..sim.server import serve as serve_app
 
-    typer.echo(f"shop environment: http://{host}:{port} (canonical /v1/sessions, legacy /api/shop_agent)")
+    typer.echo(f"shop environment: http://{host}:{port}/api/shop_agent (shop_env; pi-slime with rollout_session_id)")
+    typer.echo(f"health:           http://{host}:{port}/healthz")
     typer.echo(f"scripted policy:  http://{host}:{port}/v1 (models: GET /v1/models)")
     policy = PolicyConfig(overrides={"latency_ms": latency_ms} if latency_ms else {})
-    serve_app(host=host, port=port, seed=seed, capacity=capacity, lease_ttl_s=lease_ttl, policy=policy)
+    serve_app(host=host, port=port, seed=seed, capacity=capacity, show_attrs=show_attrs, policy=policy)

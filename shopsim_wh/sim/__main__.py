@@ -11,18 +11,16 @@ from shopsim_wh.sim.tasks import write_default_split_manifest
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m shopsim_wh.sim")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="serve the shop (both dialects) and the scripted policy over HTTP")
+    s = sub.add_parser("serve", help="serve the shop (shop_env + pi-slime dialects) and the scripted policy over HTTP")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8765)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--capacity", type=int, default=256)
-    s.add_argument("--lease-ttl", type=float, default=600.0, help="idle seconds before a lease expires")
-    s.add_argument("--action-limit", type=int, default=15, help="default per-episode action limit")
+    s.add_argument("--capacity", type=int, default=20, help="environment slots (resets wait while all are leased)")
+    s.add_argument("--show-attrs", action="store_true", help="offer the attributes subpage on product pages")
     sub.add_parser("write-splits", help="regenerate shopsim_wh/sim/data/splits.v1.json (seed 0)")
     args = parser.parse_args(argv)
     if args.command == "serve":
-        serve(host=args.host, port=args.port, seed=args.seed, capacity=args.capacity,
-              lease_ttl_s=args.lease_ttl, default_action_limit=args.action_limit)
+        serve(host=args.host, port=args.port, seed=args.seed, capacity=args.capacity, show_attrs=args.show_attrs)
     else:
         print(write_default_split_manifest())
 

@@ -8,7 +8,6 @@ from a ``random.Random`` seeded with a string (string seeds are stable across pr
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import random
@@ -37,6 +36,7 @@ class Product:
     index: int
     asin: str
     title: str
+    brand: str
     category: str
     noun: str
     attributes: tuple[str, ...]
@@ -45,6 +45,16 @@ class Product:
     description: str
     features: tuple[str, ...]
     reviews: tuple[Review, ...]
+
+    @property
+    def category_path(self) -> str:
+        """The category as a two-level path, as the real catalog writes categories (``a › b``)."""
+        return f"shopsim › {self.category}"
+
+    @property
+    def price_tag(self) -> str:
+        """The listing price as the real loader renders ``Price`` (``str`` of the first price)."""
+        return f"{self.price}"
 
     def option_type_of(self, value: str) -> str | None:
         for kind, values in self.options.items():
@@ -65,8 +75,9 @@ class Catalog:
 
 
 def make_asin(seed: int, index: int, salt: int = 0) -> str:
+    """A 10-digit product id (the real shop_env's ids are 8-12 digits; its renderer refuses anything else)."""
     digest = hashlib.sha256(f"shopsim-asin:{seed}:{index}:{salt}".encode()).digest()
-    return "B0" + base64.b32encode(digest).decode()[:8]
+    return str(1_000_000_000 + int.from_bytes(digest[:8], "big") % 9_000_000_000)
 
 
 def make_price(seed: int, index: int) -> float:
@@ -126,6 +137,7 @@ def _make_product(seed: int, index: int, category: str, asin: str) -> Product:
         index=index,
         asin=asin,
         title=title,
+        brand=brand,
         category=category,
         noun=noun,
         attributes=attributes,

@@ -1,18 +1,20 @@
 """Scripted shopping policy behind an OpenAI-compatible ``/v1/chat/completions`` endpoint.
 
 The policy stands in for a real model and plays fair: it reads only the request (``messages`` and ``tools``),
-never the simulator's state or the private goal. It finds the instruction in the latest observation
-(``Instruction: [SEP] ... [SEP]``), the page from the ``tools`` (``search`` offered, ``click.value`` enum) and
-the observation text, and its own earlier tool calls in the assistant messages.
+never the simulator's state or the private goal. It reads the request in the ShopSimRL runtime's format: the task
+from the first user message (``购物任务：\n{task_instruction}\n\n{observation}``), the latest page from the newest
+``tool`` message, the page's actions from the ``click.value`` enum, search availability from the ``search`` tool,
+and its own earlier tool calls from the assistant messages (see ``shopper.py``).
 
-Strategy: search with the instruction's product words; on the results page open the best title match by word
-overlap (optionally skipping items above the stated budget and items already visited); on the item page
-select the options the instruction names, then ``Buy Now``. It is deliberately imperfect.
+Strategy: search with the task's product words; on the results page open the best match of title and key
+attributes by word overlap (optionally skipping items above the stated budget and items already visited); on the
+product page choose a value for every option axis (the one the task names, with probability
+``p_select_options``, otherwise the first value offered), then ``buy now``. It is deliberately imperfect.
 
 Profiles (``PROFILES``; the request's ``model`` picks one):
 
-- ``scripted-strong``: good but fallible; selects the named options before buying only about half the time,
-  checks prices 60% of the time; failure injections ~1.5% of calls in total.
+- ``scripted-strong``: good but fallible; picks the named value of an option axis only about half the time,
+  checks prices half the time; failure injections ~1.5% of calls in total.
 - ``scripted-noisy``: random results and random clicks more often, rarely selects options; each failure kind
   at 3-6%.
 - ``scripted-weak``: mostly random results, seldom checks anything; failures ~2% each.
@@ -29,13 +31,14 @@ truncated reasoning, no call). At temperature 0 the profile's default rates are 
 ``scripted_policy.failure_rates`` (or ``PolicyConfig.overrides``) always apply. Independently, if the reasoning
 plus call would exceed ``max_tokens`` (1 token per word), the reply is truncated with finish_reason ``length``.
 
-Skills: the system/developer messages are scanned (case-insensitive) for these phrases:
+Skills: the system/developer messages (system prompt, persona, the ``[可选策略提示]`` block of
+``<skill id=".." version="..">...</skill>`` entries) are scanned (case-insensitive) for these phrases:
 
 - "select every option" or "choose the size and color options before buying": ``p_select_options`` -> 0.97;
 - "check the price" or "stay under the budget": ``p_check_price`` -> 0.97.
 
-Any other text changes nothing but the random draws (the RNG is seeded from the request ``seed``, the model name
-and a hash of ``messages`` + ``tools``; identical requests give identical responses).
+Any other text changes nothing but the random draws. Randomness comes from a hash of the request's ``seed`` (when
+sent), the model name, ``messages`` and ``tools``: identical requests give identical responses.
 
 Per-request overrides: body key ``"scripted_policy": {"failure_rates": {kind: rate}, "p_select_options": x,
 ..., "ignore_skills": bool, "latency_ms": x}``; the overrides replace profile parameters, recognised skills then
@@ -207,7 +210,7 @@ def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict:
 
 # ------------------------------------------------------------------------------------------ responding
 
-_INVALID_VALUES = ("Add to Cart", "Checkout", "Buy it now please", "Proceed to payment")
+_INVALID_VALUES = ("add to cart", "checkout", "buy it now please", "proceed to payment")
 
 
 def _tool_call(call_id: str, name: str, arguments: str) -> dict:

@@ -1,77 +1,134 @@
-"""Raw ASGI app serving the shop in both dialects plus the scripted OpenAI-compatible policy.
+"""Raw ASGI app: the real ``shop_env`` wire format, the pi-slime dialect and the scripted policy on one port.
 
-Routes (see docs/sim_protocol.md for the exact wire format):
+Routes (docs/sim_protocol.md has every field):
 
-- canonical: ``GET /v1/health``, ``GET /v1/stats``, ``POST /v1/sessions``, ``POST /v1/sessions/{lease}/step``,
-  ``POST /v1/sessions/{lease}/terminate``, ``DELETE /v1/sessions/{lease}``;
-- legacy single endpoint: ``POST /api/shop_agent`` (``reset`` / ``interact`` / ``release_one`` / ``status``);
-- policy: ``GET /v1/models``, ``POST /v1/chat/completions``.
+- ``POST /api/shop_agent``: the ``shop_env`` actions ``reset`` / ``interact`` / ``terminate`` / ``release_one`` /
+  ``release_all``, answered ``{"result": {...}}``; errors ``{"result": {"error": "..."}}`` with 400 / 409 / 500.
+  A body carrying ``rollout_session_id`` speaks the pi-slime single-endpoint dialect instead (``reset`` /
+  ``interact`` / ``release_one`` / ``status``; ``instruction`` text, ``over``, loose reward).
+- ``GET /healthz``: the real health answer; ``GET /v1/stats``: the embedded server's own counters.
+- ``GET /v1/models``, ``POST /v1/chat/completions``: the scripted OpenAI-compatible policy.
 
-Request handling is synchronous inside one event loop (no awaits while state changes), so no locks are
-needed; leases idle for longer than ``lease_ttl_s`` are swept lazily at the start of every request. The app
-answers the ASGI ``lifespan`` scope and starts no background task, so it works under
-``httpx.ASGITransport`` as well as under uvicorn.
+Slots are leased as on the real server: ``reset`` takes the lowest free slot or waits (an asyncio wait, no
+error) until a ``release_one`` / ``release_all`` frees one; a slot stays leased until released, also after the
+episode ends. State changes happen between awaits of one event loop, so no locks are needed. The app answers
+the ASGI ``lifespan`` scope and starts no background task: it works under uvicorn and ``httpx.ASGITransport``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import secrets
-import time
-from collections import OrderedDict
+import uuid
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from shopsim_wh.sim.engine import DEFAULT_ACTION_LIMIT, OBSERVATION_VERSION, Episode, EpisodeDone
+from shopsim_wh.sim.engine import ENVIRONMENT_VERSION, Episode, EpisodeDone, extract_action
+from shopsim_wh.sim.observation import OBSERVATION_VERSION
 from shopsim_wh.sim.policy import PolicyConfig, PolicyError, chat_completion, list_models, request_latency_s
-from shopsim_wh.sim.tasks import generate_tasks
+from shopsim_wh.sim.reward import PRIMARY_REWARD
+from shopsim_wh.sim.tasks import generate_tasks, persona_profile
 
 MAX_BODY = 16 * 1024 * 1024
-MAX_ACTION_LIMIT = 1000
+DEFAULT_SLOTS = 20
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-@dataclass
-class Lease:
-    lease_id: str
-    slot: int
-    episode: Episode
-    last_used: float
-    dialect: str  # "canonical" | "legacy"
-    rollout_session_id: str | None = None
+class LeaseMismatch(Exception):
+    """A caller holds no (or a stale) lease on the slot it names: HTTP 409."""
 
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+class SlotPool:
+    """Slots leased until released; :meth:`acquire` waits (FIFO) while none is free."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.free: set[int] = set(range(size))
+        self.lease_ids: dict[int, str] = {}
+        self.waiters: deque[asyncio.Future] = deque()
+
+    def try_acquire(self) -> int | None:
+        if not self.free or any(not w.done() for w in self.waiters):  # first come, first served
+            return None
+        return self._take()
+
+    def _take(self) -> int:
+        slot = min(self.free)
+        self.free.remove(slot)
+        self.lease_ids[slot] = uuid.uuid4().hex
+        return slot
+
+    async def acquire(self) -> int:
+        slot = self.try_acquire()
+        while slot is None:
+            future = asyncio.get_running_loop().create_future()
+            self.waiters.append(future)
+            try:
+                await future
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled():
+                    self._wake()  # we were woken but are gone: pass the turn on
+                raise
+            if self.free:
+                slot = self._take()
+        return slot
+
+    def _wake(self) -> None:
+        while self.waiters:
+            w = self.waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+                return
+
+    def validate(self, slot: int, lease_id: object) -> bool:
+        return self.lease_ids.get(slot) == str(lease_id)
+
+    def release(self, slot: int, lease_id: object = None) -> bool:
+        if not 0 <= slot < self.size:
+            raise ValueError(f"invalid environment index: {slot}")
+        was_leased = slot not in self.free
+        if was_leased and lease_id is not None and self.lease_ids.get(slot) != str(lease_id):
+            raise LeaseMismatch(f"stale or invalid lease for environment {slot}")
+        self.free.add(slot)
+        self.lease_ids.pop(slot, None)
+        if was_leased:
+            self._wake()
+        return was_leased
+
+    def reset(self) -> None:
+        self.free, self.lease_ids = set(range(self.size)), {}
+        for _ in range(self.size):
+            self._wake()
+
+
+@dataclass
+class Slot:
+    episode: Episode | None = None
+    rollout_session_id: str | None = None  # pi-slime sessions only
+    counters: dict = field(default_factory=dict)
+
+
 class SimApp:
     """The ASGI callable returned by :func:`create_app`."""
 
-    def __init__(self, seed: int = 0, capacity: int = 256, lease_ttl_s: float = 600.0,
-                 default_action_limit: int = DEFAULT_ACTION_LIMIT, policy: PolicyConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        if capacity < 1 or default_action_limit < 1 or lease_ttl_s <= 0:
-            raise ValueError("capacity, default_action_limit and lease_ttl_s must be positive")
-        self.seed, self.capacity, self.lease_ttl_s = seed, capacity, lease_ttl_s
-        self.default_action_limit = default_action_limit
+    def __init__(self, seed: int = 0, capacity: int = DEFAULT_SLOTS, policy: PolicyConfig | None = None,
+                 show_attrs: bool = False) -> None:
+        if capacity < 1:
+            raise ValueError("capacity (environment slots) must be at least 1")
+        self.seed, self.capacity, self.show_attrs = seed, capacity, show_attrs
         self.policy = policy if policy is not None else PolicyConfig()
-        self.clock = clock
         self.tasks = generate_tasks(seed)
-        self.leases: dict[str, Lease] = {}
-        self.slots: dict[int, str] = {}
-        self.expired: OrderedDict[str, None] = OrderedDict()
+        self.pool = SlotPool(capacity)
+        self.slots = [Slot() for _ in range(capacity)]
         self.counters = dict.fromkeys(
-            ("requests", "leases_opened", "leases_released", "leases_expired", "leases_released_by_server",
-             "steps", "invalid_actions", "episodes_done", "terminations", "chat_completions"), 0)
+            ("requests", "resets", "resets_waited", "interacts", "invalid_actions", "terminations", "releases",
+             "episodes_done", "chat_completions"), 0)
 
     # ------------------------------------------------------------------------------------------ ASGI
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -96,270 +153,268 @@ class SimApp:
             if not message.get("more_body", False):
                 break
         if size > MAX_BODY:
-            status, payload = 413, {"error": {"code": "payload_too_large", "message": "request body too large"}}
+            status, payload = 413, {"result": {"error": "request body too large (limit 16 MiB)"}}
         else:
-            meta: dict = {}
-            status, payload = self.handle(scope["method"], scope["path"], b"".join(chunks), meta)
-            if meta.get("delay_s"):
-                await asyncio.sleep(meta["delay_s"])
+            status, payload = await self.handle(scope["method"], scope["path"], b"".join(chunks))
         data = orjson.dumps(payload)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data})
 
-    # ------------------------------------------------------------------------------------------ routing
-    def handle(self, method: str, path: str, raw: bytes, meta: dict | None = None) -> tuple[int, Any]:
+    async def handle(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
         """Dispatch one request; returns (HTTP status, JSON-able payload)."""
         self.counters["requests"] += 1
-        self._sweep()
-        parts = [p for p in path.split("/") if p]
-        if parts == ["api", "shop_agent"]:
+        route = path.rstrip("/") or "/"
+        if route == "/api/shop_agent":
             if method != "POST":
-                return 405, {"error": "use POST"}
-            return self._legacy(raw)
-        if parts[:2] == ["v1", "chat"] or parts == ["v1", "models"]:
-            return self._policy(method, parts, raw, meta if meta is not None else {})
-        try:
-            return 200, self._canonical(method, parts, raw)
-        except ApiError as e:
-            return e.status, {"error": {"code": e.code, "message": e.message}}
+                return 405, {"result": {"error": "use POST /api/shop_agent"}}
+            try:
+                body = orjson.loads(raw) if raw else None
+            except orjson.JSONDecodeError:
+                body = None
+            if not isinstance(body, dict):  # the real server answers 200 here
+                return 200, {"result": {"error": "No JSON data provided"}}
+            if "rollout_session_id" in body:
+                return await self._slime(body)
+            return await self._shop_env(body)
+        if route == "/healthz" and method == "GET":
+            return 200, self.health()
+        if route == "/v1/stats" and method == "GET":
+            return 200, {"active_leases": self.capacity - len(self.pool.free), "free_slots": len(self.pool.free),
+                         "waiting_resets": sum(1 for w in self.pool.waiters if not w.done()), **self.counters}
+        if route in ("/v1/models", "/v1/chat/completions"):
+            return await self._policy(method, route, raw)
+        return 404, {"error": f"no route for {method} {path}; the shop is POST /api/shop_agent, health GET /healthz"}
 
-    def _canonical(self, method: str, parts: list[str], raw: bytes) -> Any:
-        route = tuple(parts)
-        if route == ("v1", "health"):
-            self._method(method, "GET")
-            return {"status": "ok", "observation_version": OBSERVATION_VERSION, "capacity": self.capacity,
-                    "active": len(self.leases), "tasks": len(self.tasks.tasks)}
-        if route == ("v1", "stats"):
-            self._method(method, "GET")
-            return {"active_leases": len(self.leases), "capacity": self.capacity, **self.counters}
-        if route == ("v1", "sessions"):
-            self._method(method, "POST")
-            return self._open(self._json(raw))
-        if len(parts) == 3 and parts[:2] == ["v1", "sessions"]:
-            self._method(method, "DELETE")
-            return {"released": self._release(parts[2])}
-        if len(parts) == 4 and parts[:2] == ["v1", "sessions"] and parts[3] in ("step", "terminate"):
-            self._method(method, "POST")
-            body = self._json(raw)
-            lease = self._lease(parts[2])
-            return self._step(lease, body) if parts[3] == "step" else self._terminate(lease, body)
-        raise ApiError(404, "not_found", f"no route for /{'/'.join(parts)}")
+    def health(self) -> dict:
+        return {"ready": True, "environment_slots": self.capacity, "free_slots": len(self.pool.free),
+                "tasks": len(self.tasks.tasks), "environment_version": ENVIRONMENT_VERSION,
+                "primary_reward": PRIMARY_REWARD, "observation_version": OBSERVATION_VERSION,
+                "debug_ui": "/debug-ui", "replay_ui": "/replay-ui"}
 
+    # ------------------------------------------------------------------------------------------ shop_env
     @staticmethod
-    def _method(method: str, expected: str) -> None:
-        if method != expected:
-            raise ApiError(405, "method_not_allowed", f"use {expected}")
+    def _err(status: int, message: str) -> tuple[int, dict]:
+        return status, {"result": {"error": message}}
 
-    @staticmethod
-    def _json(raw: bytes) -> dict:
+    async def _shop_env(self, body: dict) -> tuple[int, dict]:
+        action, env_idx, lease_id = body.get("action"), body.get("env_idx"), body.get("lease_id")
+        if action == "release_all":
+            for slot in self.slots:
+                slot.episode, slot.rollout_session_id = None, None
+            self.pool.reset()
+            return 200, {"result": {"message": "All environments have been initialized"}}
+        if action == "release_one":
+            if not _is_int(env_idx) or not lease_id:
+                return self._err(400, "release_one requires a valid env_idx and lease_id")
+            if not self.pool.validate(env_idx, lease_id):
+                return self._err(409, f"stale or invalid lease for environment {env_idx}")
+            self.slots[env_idx].episode = None
+            self.pool.release(env_idx, lease_id)
+            self.counters["releases"] += 1
+            return 200, {"result": {"message": f"Environment {env_idx} has been released"}}
+        if action == "reset":
+            if env_idx is not None:
+                return self._err(400, "reset must not include env_idx; the server assigns a slot")
+            if not self.pool.free or self.pool.waiters:
+                self.counters["resets_waited"] += 1
+            slot = await self.pool.acquire()
+            lease = self.pool.lease_ids[slot]
+            try:
+                result = self._reset(slot, body)
+            except Exception as e:  # the real server rolls the new lease back and answers 500
+                self.slots[slot].episode = None
+                self.pool.release(slot, lease)
+                return self._err(500, str(e))
+            self.counters["resets"] += 1
+            return 200, {"result": {**result, "lease_id": lease}}
+        if action not in ("interact", "terminate"):
+            return self._err(400, f"unsupported action: {action!r}")
+        if not _is_int(env_idx) or not lease_id:
+            return self._err(400, f"{action} requires a valid env_idx and lease_id")
+        if not self.pool.validate(env_idx, lease_id):
+            return self._err(409, f"stale or invalid lease for environment {env_idx}")
+        episode = self.slots[env_idx].episode
         try:
-            body = orjson.loads(raw or b"{}")
-        except orjson.JSONDecodeError as e:
-            raise ApiError(422, "bad_request", f"body is not valid JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise ApiError(422, "bad_request", "body must be a JSON object")
-        return body
+            if episode is None:
+                raise RuntimeError(f"environment {env_idx} has no session; reset first")
+            if action == "interact":
+                result = self._interact(env_idx, episode, body.get("response"))
+            else:
+                result = self._terminate(env_idx, episode, body.get("termination_reason", "action_limit"))
+        except (EpisodeDone, RuntimeError, ValueError, TypeError) as e:
+            return self._err(500, str(e))
+        return 200, {"result": {**result, "lease_id": lease_id}}
 
-    # ------------------------------------------------------------------------------------------ leases
-    def _sweep(self) -> None:
-        now = self.clock()
-        for lease in [x for x in self.leases.values() if now - x.last_used > self.lease_ttl_s]:
-            self._drop(lease)
-            self.counters["leases_expired"] += 1
-            self.expired[lease.lease_id] = None
-            while len(self.expired) > 100_000:
-                self.expired.popitem(last=False)
-
-    def _drop(self, lease: Lease) -> None:
-        del self.leases[lease.lease_id]
-        del self.slots[lease.slot]
-
-    def _new_lease(self, task_id: Any, action_limit: Any, dialect: str, rsid: str | None = None) -> Lease:
-        if not _is_int(task_id):
-            raise ApiError(422, "bad_request", "task_id must be an integer")
-        task = self.tasks.by_id.get(task_id)
+    def _reset(self, slot: int, body: dict) -> dict:
+        idx = body.get("idx")
+        if idx is None:
+            raise ValueError("reset action requires idx parameter")
+        if not _is_int(idx):
+            raise ValueError("task idx must be an integer")
+        task = self.tasks.by_id.get(idx)
         if task is None:
-            raise ApiError(404, "unknown_task", f"no task with id {task_id}")
-        if action_limit is None:
-            action_limit = self.default_action_limit
-        if not _is_int(action_limit) or not 1 <= action_limit <= MAX_ACTION_LIMIT:
-            raise ApiError(422, "bad_request", f"action_limit must be an integer in [1, {MAX_ACTION_LIMIT}] or null")
-        if len(self.leases) >= self.capacity:
-            raise ApiError(503, "no_capacity", f"all {self.capacity} environment slots are leased")
-        slot = next(i for i in range(self.capacity) if i not in self.slots)
-        lease = Lease("lease-" + secrets.token_hex(12), slot, Episode(task, self.seed, action_limit),
-                      self.clock(), dialect, rsid)
-        self.leases[lease.lease_id] = lease
-        self.slots[slot] = lease.lease_id
-        self.counters["leases_opened"] += 1
-        return lease
-
-    def _lease(self, lease_id: str) -> Lease:
-        lease = self.leases.get(lease_id)
-        if lease is None:
-            if lease_id in self.expired:
-                raise ApiError(410, "lease_expired", f"lease {lease_id} expired after {self.lease_ttl_s}s idle")
-            raise ApiError(404, "unknown_lease", f"no active lease {lease_id}")
-        lease.last_used = self.clock()
-        return lease
-
-    def _release(self, lease_id: str) -> bool:
-        lease = self.leases.get(lease_id)
-        if lease is None:
-            return False
-        self._drop(lease)
-        self.counters["leases_released"] += 1
-        return True
-
-    # ------------------------------------------------------------------------------------------ canonical
-    def _open(self, body: dict) -> dict:
-        unknown = set(body) - {"task_id", "include_private_goal", "action_limit"}
-        if unknown:
-            raise ApiError(422, "bad_request", f"unknown fields: {sorted(unknown)}")
-        include_goal = body.get("include_private_goal", False)
-        if not isinstance(include_goal, bool):
-            raise ApiError(422, "bad_request", "include_private_goal must be a boolean")
-        lease = self._new_lease(body.get("task_id"), body.get("action_limit"), "canonical")
-        ep = lease.episode
+            raise KeyError(f"unknown or inactive task_id {idx}")
+        if_persona = bool(body.get("if_persona", False))
+        mode = str(body.get("interaction_mode", "single_turn"))
+        episode = Episode(task, self.seed, slot, mode, show_attrs=self.show_attrs, if_persona=if_persona)
+        self.slots[slot].episode = episode
         out = {
-            "lease_id": lease.lease_id,
-            "task": ep.task.public(),
-            "observation": ep.observation,
-            "observation_state": ep.observation_state(),
-            "action_limit": ep.action_limit,
+            "task_instruction": task.instruction,
+            "observation": episode.observation(),
+            "message": f"Task {idx} started",
+            "env_idx": slot,
+            "idx": idx,
+            "task_mode": "persona" if if_persona else "standard",
+            "interaction_mode": mode,
+            "environment_version": ENVIRONMENT_VERSION,
+            "observation_state": episode.state(),
         }
-        if include_goal:
-            out["goal"] = ep.task.goal.to_dict()
+        if body.get("include_private_goal", False):
+            out.update(private_task_instruction=episode.goal["instruction_text"],
+                       goal_options=list(episode.goal["goal_options"]), reason_key=episode.goal["reason_key"])
+        out["user_persona"] = persona_profile(task.persona)  # the real server sends the goal's persona always
         return out
 
-    def _step(self, lease: Lease, body: dict) -> dict:
-        action = body.get("action")
-        if not isinstance(action, str):
-            raise ApiError(422, "bad_request", "'action' must be a string")
-        try:
-            result = lease.episode.step(action)
-        except EpisodeDone:
-            raise ApiError(409, "episode_done", "the episode is already done; release the lease") from None
-        self.counters["steps"] += 1
-        if not result["action_feedback"]["valid"]:
+    def _interact(self, env_idx: int, episode: Episode, response: Any) -> dict:
+        if response is None:
+            raise ValueError("interact action requires response parameter")
+        if not isinstance(response, str):
+            raise TypeError("interact response must be a string such as search[...] or click[...]")
+        status = episode.step(extract_action(response))
+        self.counters["interacts"] += 1
+        feedback = status["action_feedback"]
+        if not feedback["valid"]:
             self.counters["invalid_actions"] += 1
-        if result["done"]:
+        done = status["done"]
+        if done:
             self.counters["episodes_done"] += 1
-        return result
+        out = {
+            "done": done,
+            "reward": status["reward"],
+            "observation": episode.observation(),
+            "message": "Continue interaction" if feedback["valid"] else "Invalid action",
+            "env_idx": env_idx,
+            "idx": episode.session_id,
+            "reward_detail": status["reward_detail"] if done else {},
+            "purchase": status["purchase"] if done else {},
+            "goal": status["goal"] if done else {},
+            "over": done,
+            "observation_state": episode.state(),
+            "action_feedback": feedback,
+        }
+        if done:
+            out["termination_reason"] = status["termination_reason"]
+        return out
 
-    def _terminate(self, lease: Lease, body: dict) -> dict:
-        reason = body.get("reason")
-        if not isinstance(reason, str) or not reason.strip():
-            raise ApiError(422, "bad_request", "'reason' must be a non-empty string")
-        try:
-            result = lease.episode.terminate(reason)
-        except EpisodeDone:
-            raise ApiError(409, "episode_done", "the episode is already done") from None
+    def _terminate(self, env_idx: int, episode: Episode, reason: Any) -> dict:
+        status = episode.terminate(str(reason))
         self.counters["terminations"] += 1
         self.counters["episodes_done"] += 1
-        return result
+        return {
+            "done": True,
+            "over": True,
+            "reward": status["reward"],
+            "observation": episode.observation(),
+            "message": f"Episode terminated: {reason}",
+            "env_idx": env_idx,
+            "idx": episode.session_id,
+            "reward_detail": status["reward_detail"],
+            "purchase": status["purchase"],
+            "goal": status["goal"],
+            "termination_reason": status["termination_reason"],
+            "observation_state": episode.state(),
+        }
 
-    # ------------------------------------------------------------------------------------------ legacy
-    def _legacy(self, raw: bytes) -> tuple[int, Any]:
-        try:
-            body = orjson.loads(raw or b"{}")
-            if not isinstance(body, dict):
-                raise ValueError("body must be a JSON object")
-        except ValueError as e:
-            return 400, {"error": f"bad request: {e}"}
-        action = body.get("action")
-        try:
-            if action == "reset":
-                return 200, {"result": self._legacy_reset(body)}
-            if action == "interact":
-                return 200, {"result": self._legacy_interact(body)}
-            if action == "release_one":
-                return 200, {"result": self._legacy_release(body)}
-            if action == "status":
-                return 200, {"result": self._legacy_status()}
-        except ApiError as e:
-            return e.status, {"error": f"{e.code}: {e.message}"}
-        return 400, {"error": f"unknown action {action!r}; expected reset, interact, release_one or status"}
-
-    def _legacy_lease(self, body: dict) -> Lease:
+    # ------------------------------------------------------------------------------------------ pi-slime
+    async def _slime(self, body: dict) -> tuple[int, dict]:
+        action, rsid = body.get("action"), body.get("rollout_session_id")
+        if action == "status":
+            sessions = [{"env_idx": i, "rollout_session_id": s.rollout_session_id, "task_id": s.episode.task.task_id,
+                         "done": s.episode.done}
+                        for i, s in enumerate(self.slots) if s.episode is not None and s.rollout_session_id]
+            return 200, {"result": {"capacity": self.capacity, "free": len(self.pool.free),
+                                    "active": self.capacity - len(self.pool.free), "sessions": sessions}}
+        if not isinstance(rsid, str) or not rsid:
+            return 400, {"error": "rollout_session_id must be a non-empty string"}
+        if action == "reset":
+            slot = await self.pool.acquire()
+            lease = self.pool.lease_ids[slot]
+            try:
+                result = self._reset(slot, {"idx": body.get("idx")})
+            except Exception as e:
+                self.slots[slot].episode = None
+                self.pool.release(slot, lease)
+                return 400, {"error": str(e)}
+            self.slots[slot].rollout_session_id = rsid
+            self.counters["resets"] += 1
+            return 200, {"result": {"env_idx": slot, "rollout_session_id": rsid,
+                                    "instruction": f"购物任务：\n{result['task_instruction']}\n\n{result['observation']}"}}
+        if action not in ("interact", "release_one"):
+            return 400, {"error": f"unsupported action: {action!r}; use reset, interact, release_one or status"}
         env_idx = body.get("env_idx")
-        if not _is_int(env_idx):
-            raise ApiError(400, "bad_request", "env_idx must be an integer")
-        lease_id = self.slots.get(env_idx)
-        if lease_id is None:
-            raise ApiError(404, "unknown_env", f"env_idx {env_idx} is not active (released or expired)")
-        lease = self._lease(lease_id)
-        rsid = body.get("rollout_session_id")
-        if rsid is not None and lease.rollout_session_id is not None and rsid != lease.rollout_session_id:
-            raise ApiError(409, "session_mismatch", f"env_idx {env_idx} belongs to another rollout session")
-        return lease
-
-    def _legacy_reset(self, body: dict) -> dict:
-        rsid = body.get("rollout_session_id")
-        lease = self._new_lease(body.get("idx"), body.get("action_limit"), "legacy",
-                                rsid if isinstance(rsid, str) else None)
-        return {"env_idx": lease.slot, "instruction": lease.episode.observation, "task_id": lease.episode.task.task_id,
-                "rollout_session_id": lease.rollout_session_id}
-
-    def _legacy_interact(self, body: dict) -> dict:
-        lease = self._legacy_lease(body)
+        if not _is_int(env_idx) or not 0 <= env_idx < self.capacity:
+            return 400, {"error": f"env_idx must be a slot number in [0, {self.capacity})"}
+        slot = self.slots[env_idx]
+        if slot.episode is None or slot.rollout_session_id is None:
+            if action == "release_one":
+                return 200, {"result": {"env_idx": env_idx, "released": False}}
+            return 404, {"error": f"env_idx {env_idx} holds no session (released, or never reset); reset again"}
+        if slot.rollout_session_id != rsid:
+            return 409, {"error": f"env_idx {env_idx} belongs to another rollout session"}
+        if action == "release_one":
+            self._slime_release(env_idx)
+            return 200, {"result": {"env_idx": env_idx, "released": True}}
         response = body.get("response")
         if not isinstance(response, str):
-            raise ApiError(400, "bad_request", "response must be a string")
-        r = self._step(lease, {"action": response})
-        out = {"instruction": r["observation"], "done": r["done"], "over": False, "reward": r["reward"] or 0.0,
-               "valid": r["action_feedback"]["valid"]}
+            return 400, {"error": "response must be a string such as search[...] or click[...]"}
+        r = self._interact(env_idx, slot.episode, response)
+        out = {"instruction": r["observation"], "done": r["done"], "over": False,
+               "reward": float(r["reward_detail"].get("r_loose", 0.0)) if r["done"] else 0.0,
+               "env_idx": env_idx, "action_feedback": r["action_feedback"]}
         if r["done"]:
-            self._drop(lease)
-            self.counters["leases_released_by_server"] += 1
+            self._slime_release(env_idx)  # this dialect's server frees the slot itself: over = true
             out.update(over=True, reward_detail=r["reward_detail"], purchase=r["purchase"] or {"asin": None},
                        goal=r["goal"], termination_reason=r["termination_reason"])
-        return out
+        return 200, {"result": out}
 
-    def _legacy_release(self, body: dict) -> dict:
-        env_idx = body.get("env_idx")
-        lease_id = self.slots.get(env_idx) if _is_int(env_idx) else None
-        return {"env_idx": env_idx, "released": bool(lease_id) and self._release(lease_id)}
-
-    def _legacy_status(self) -> dict:
-        sessions = [
-            {"env_idx": x.slot, "task_id": x.episode.task.task_id, "rollout_session_id": x.rollout_session_id,
-             "dialect": x.dialect, "done": x.episode.done}
-            for x in sorted(self.leases.values(), key=lambda x: x.slot)
-        ]
-        return {"capacity": self.capacity, "free": self.capacity - len(self.leases), "active": len(self.leases),
-                "sessions": sessions}
+    def _slime_release(self, env_idx: int) -> None:
+        self.slots[env_idx].episode, self.slots[env_idx].rollout_session_id = None, None
+        self.pool.release(env_idx)
+        self.counters["releases"] += 1
 
     # ------------------------------------------------------------------------------------------ policy
-    def _policy(self, method: str, parts: list[str], raw: bytes, meta: dict) -> tuple[int, Any]:
+    async def _policy(self, method: str, route: str, raw: bytes) -> tuple[int, Any]:
         if not self.policy.enabled:
             return 404, PolicyError(404, "not_found", "the scripted policy is disabled").body()
-        if parts == ["v1", "models"]:
-            return (200, list_models(self.policy)) if method == "GET" else (405, PolicyError(
-                405, "method_not_allowed", "use GET").body())
-        if parts != ["v1", "chat", "completions"]:
-            return 404, PolicyError(404, "not_found", f"no route for /{'/'.join(parts)}").body()
+        if route == "/v1/models":
+            if method != "GET":
+                return 405, PolicyError(405, "method_not_allowed", "use GET").body()
+            return 200, list_models(self.policy)
         if method != "POST":
             return 405, PolicyError(405, "method_not_allowed", "use POST").body()
         try:
             body = orjson.loads(raw or b"{}")
             self.counters["chat_completions"] += 1
             answer = chat_completion(body, self.policy)
-            meta["delay_s"] = request_latency_s(body, self.policy)
-            return 200, answer
+            delay = request_latency_s(body, self.policy)
         except orjson.JSONDecodeError:
             return 400, PolicyError(400, "invalid_json", "the request body is not valid JSON").body()
         except PolicyError as e:
             return e.status, e.body()
+        if delay:
+            await asyncio.sleep(delay)
+        return 200, answer
 
 
-def create_app(seed: int = 0, capacity: int = 256, lease_ttl_s: float = 600.0,
-               default_action_limit: int = DEFAULT_ACTION_LIMIT, policy: PolicyConfig | None = None,
-               clock: Callable[[], float] = time.monotonic) -> SimApp:
-    """Build the ASGI app: canonical + legacy shop dialects and the scripted policy, one seed's tasks."""
-    return SimApp(seed=seed, capacity=capacity, lease_ttl_s=lease_ttl_s,
-                  default_action_limit=default_action_limit, policy=policy, clock=clock)
+def create_app(seed: int = 0, capacity: int = DEFAULT_SLOTS, policy: PolicyConfig | None = None,
+               show_attrs: bool = False) -> SimApp:
+    """Build the ASGI app: ``shop_env`` + pi-slime shop dialects and the scripted policy, one seed's tasks.
+
+    ``capacity`` is the number of environment slots (the real server's ``SHOPSIM_ENV_SLOTS``, 20 by default);
+    ``show_attrs`` offers the ``attributes`` subpage on product pages (off by default, as on the real server).
+    """
+    return SimApp(seed=seed, capacity=capacity, policy=policy, show_attrs=show_attrs)
 
 
 def serve(host: str = "127.0.0.1", port: int = 8765, seed: int = 0, **kw: Any) -> None:

@@ -82,6 +82,15 @@ def generate_personas(seed: int = 0) -> tuple[str, ...]:
     return tuple(out)
 
 
+def persona_profile(persona: str) -> dict:
+    """The persona text (``"Maya, 34, nurse; prefers eco-friendly materials."``) as the server's persona object."""
+    head, _, preference = persona.partition("; ")
+    parts = [x.strip() for x in head.split(",")]
+    name, age, occupation = (parts + ["", "", ""])[:3]
+    return {"name": name, "age": int(age) if age.isdigit() else age, "occupation": occupation,
+            "preference": preference.rstrip(".")}
+
+
 def _join(words: list[str]) -> str:
     if len(words) <= 1:
         return "".join(words)
