@@ -42,6 +42,8 @@ LEASE_FIELDS = frozenset({"env_idx", "lease_id"})
 PRIVATE_FIELDS = frozenset({"goal", "private_task_instruction", "goal_options", "reason_key"})
 PRIMARY_REWARD = {"shop_env": "r_strict", "pi-slime": "r_loose"}
 BUTTON_RE = re.compile(r"\[button\]\s*(.*?)\s*\[button_\]")
+PAGE_TITLES = {"页面：搜索首页": "search_home", "页面：搜索结果": "search_results", "页面：商品详情": "product_detail",
+               "页面：商品属性页": "information_subpage", "页面：任务已终止": "terminal"}
 STATUS_HINTS = {
     400: "the server refused the request as malformed; check that environment.url points at a shop_env server of the "
          "version shopsim-wh speaks (GET /healthz shows it)",
@@ -289,10 +291,26 @@ class PiSlimeAdapter:
 
     @staticmethod
     def parse_state(text: str, done: bool = False) -> dict:
+        """Clickables from the page text: WebShop's ``[button] x [button_]`` markup, or the Chinese layout's
+        ``可点击元素：`` list (one ``- value`` per line) with search offered when ``- 支持商品搜索`` is listed."""
         buttons = BUTTON_RE.findall(text)
-        actions = [] if done else [b for b in buttons if b.lower() != "search"]
-        return {"observation_version": "parsed-text", "page_type": "terminal" if done else "unknown",
-                "search_available": not done and any(b.lower() == "search" for b in buttons), "actions": actions}
+        if buttons:
+            search = any(b.lower() == "search" for b in buttons)
+            actions = [b for b in buttons if b.lower() != "search"]
+        else:
+            lines = text.splitlines()
+            search = any(line.strip() == "- 支持商品搜索" for line in lines)
+            actions = []
+            if "可点击元素：" in (line.strip() for line in lines):
+                start = [line.strip() for line in lines].index("可点击元素：") + 1
+                for line in lines[start:]:
+                    if not line.startswith("- "):
+                        break
+                    actions.append(line[2:].strip())
+        title = next((line.strip() for line in text.splitlines() if line.strip().startswith("页面：")), "")
+        page = "terminal" if done else PAGE_TITLES.get(title, "unknown")
+        return {"observation_version": "parsed-text", "page_type": page,
+                "search_available": not done and search, "actions": [] if done else actions}
 
     async def reset(self, task_id: int) -> EnvStep:
         res = await self._call({"action": "reset", "idx": task_id}, "reset")
