@@ -19,49 +19,15 @@ from shopsim_wh.runtime import AgentRuntime
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.sim.tasks import load_default_split_manifest
 
-from .conftest import read_body, serve_asgi
-from .helpers import write_config
+from .conftest import serve_asgi
+from .helpers import Tap, write_config
 
 TASK = load_default_split_manifest()["val"][0]
 
 
-class Recorder:
-    """Wraps an app; keeps (request body, status, answer) of every POST /api/shop_agent and can rewrite answers."""
-
-    def __init__(self, app, rewrite=None):
-        self.app, self.rewrite, self.calls = app, rewrite, []
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] not in ("/api/shop_agent", "/healthz"):
-            return await self.app(scope, receive, send)
-        body = await read_body(receive)
-        sent, status, chunks = False, [0], []
-
-        async def replay():
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        async def capture(msg):
-            if msg["type"] == "http.response.start":
-                status[0] = msg["status"]
-                msg = {**msg, "headers": [(k, v) for k, v in msg["headers"] if k != b"content-length"]}
-                await send(msg)
-                return
-            chunks.append(msg.get("body", b""))
-            if msg.get("more_body"):
-                return
-            doc = json.loads(b"".join(chunks))
-            if self.rewrite:
-                doc = self.rewrite(scope["path"], doc)
-            self.calls.append((scope["path"], json.loads(body) if body else None, status[0], doc))
-            await send({"type": "http.response.body", "body": json.dumps(doc).encode()})
-        await self.app(scope, replay, capture)
-
+class Recorder(Tap):
     def shop(self):
-        return [(req, st, ans) for path, req, st, ans in self.calls if path == "/api/shop_agent"]
+        return self.on("/api/shop_agent")
 
 
 def _runtime(env_client, model_client, slow_ms: int = 0, max_steps: int = 30) -> AgentRuntime:
