@@ -2,7 +2,7 @@
 
 Both return :class:`EnvStep`, so the runtime never knows which dialect it speaks.
 
-``shop_env`` (dialect ``shop_env``, docs/sim_protocol.md): every action is ``POST /api/shop_agent``
+``shop_env`` (dialect ``shop_env``, wire format in docs/sim_protocol.md): every action is ``POST /api/shop_agent``
 and every answer is ``{"result": {...}}``. ``reset`` carries ``idx``, ``if_persona``,
 ``include_private_goal: false`` and ``interaction_mode: single_turn`` but never ``env_idx`` (the
 server assigns a slot, blocking until one is free, so reset has no read timeout); ``interact``,

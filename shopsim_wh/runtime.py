@@ -1,6 +1,6 @@
 """AgentRuntime: one episode, one model client, one environment lease.
 
-The agent protocol is ShopSimRL's ``openai-function-tools-repair-v3`` (docs/sim_protocol.md §2):
+The agent protocol is ShopSimRL's ``openai-function-tools-repair-v3`` (docs/conventions.md, "The agent protocol"):
 
 * tools are built from the page's ``observation_state`` each turn (:func:`prompts.tools_for`);
 * a turn must be exactly one tool call and no visible text. A turn that is not — a model-side
