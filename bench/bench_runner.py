@@ -18,18 +18,18 @@ import time
 
 from shopsim_wh import runner
 from shopsim_wh.config import Config
-from shopsim_wh.environment import CanonicalEnvironment
+from shopsim_wh.environment import ShopEnvAdapter
 from shopsim_wh.model import ChatModel
 from shopsim_wh.prompts import tools_for
-from shopsim_wh.runtime import AgentRuntime, canonical_action, classify
+from shopsim_wh.runtime import AgentRuntime, check_turn
 
 
 def config(n_episodes: int, concurrency: int, name: str) -> Config:
     return Config.model_validate({
         "experiment": {"name": name, "seed": 1},
         "tasks": {"split": "train", "sample_size": n_episodes, "repeats": 1},
-        "model": {"name": "scripted-strong", "checkpoint_id": "bench"},
-        "runtime": {"concurrency": concurrency, "action_limit": 15},
+        "model": {"name": "scripted-strong", "checkpoint_id": "bench", "send_seed": True},
+        "runtime": {"concurrency": concurrency, "max_steps": 30},
     })
 
 
@@ -52,7 +52,8 @@ class Clock:
 
 def bench_runner(n: int, concurrency: int) -> dict:
     clock = Clock()
-    orig_generate, orig_step = ChatModel.generate, CanonicalEnvironment.step
+    orig_generate = ChatModel.generate
+    env_calls = {name: getattr(ShopEnvAdapter, name) for name in ("reset", "step", "terminate", "close")}
     orig_run = AgentRuntime.run
 
     async def run_timed(self, job):
@@ -64,7 +65,8 @@ def bench_runner(n: int, concurrency: int) -> dict:
         return rec
 
     ChatModel.generate = clock.wrap(orig_generate)
-    CanonicalEnvironment.step = clock.wrap(orig_step)
+    for name, fn in env_calls.items():
+        setattr(ShopEnvAdapter, name, clock.wrap(fn))
     AgentRuntime.run = run_timed
     try:
         with tempfile.TemporaryDirectory() as d:
@@ -75,7 +77,9 @@ def bench_runner(n: int, concurrency: int) -> dict:
 
             steps = connect(d).execute("select count(*) from steps").fetchone()[0]
     finally:
-        ChatModel.generate, CanonicalEnvironment.step, AgentRuntime.run = orig_generate, orig_step, orig_run
+        ChatModel.generate, AgentRuntime.run = orig_generate, orig_run
+        for name, fn in env_calls.items():
+            setattr(ShopEnvAdapter, name, fn)
     return {"episodes": res.completed, "steps": steps, "wall": wall,
             "overhead_ms": statistics.median(clock.overheads) * 1000 if clock.overheads else None}
 
@@ -91,23 +95,22 @@ async def _baseline(n: int, concurrency: int) -> tuple[int, float]:
     async def one(job):
         nonlocal steps
         async with sem:
-            env = CanonicalEnvironment(env_client, 15)
-            model = ChatModel(model_client, "scripted-strong")
+            env = runner.make_adapter("shop_env", env_client)
+            model = runner.make_model(cfg, model_client)
             first = await env.reset(job.task_id)
-            messages = p.prompts.messages_start([], first.task, first.observation)
+            messages = p.prompts.messages_start({"task_instruction": first.task_instruction, "observation": first.observation,
+                                                 "user_persona": first.persona}, [])
             state = first.state
-            for i in range(15):
+            for i in range(30):
                 tools = tools_for(state)
-                out = await model.generate(messages, tools, job.step_seed(i))
+                out = await model.generate(messages, tools, job.seed + i)
                 steps += 1
-                err, _, args = classify(out, {t["function"]["name"]: t for t in tools})
-                if err:
+                err, action = check_turn(out)
+                if err or out.policy_failure:
                     break
                 c = out.tool_calls[0]
-                res = await env.step(canonical_action(c.name, args))
-                messages += [{"role": "assistant", "content": None, "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}]},
-                    {"role": "tool", "tool_call_id": c.id, "content": res.observation}]
+                res = await env.step(action)
+                messages += [out.assistant_message(), {"role": "tool", "tool_call_id": c.id, "content": res.observation}]
                 state = res.state
                 if res.done:
                     break

@@ -43,8 +43,8 @@ class Tasks(_Strict):
 
 class Sampling(_Strict):
     temperature: float = Field(0.6, ge=0.0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling.")
-    max_tokens: int = Field(4096, ge=1, description="Per-call generation limit; hitting it without a tool call ends the episode (`generation_length`).")
+    top_p: float | None = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling; null = not sent.")
+    max_tokens: int = Field(4096, ge=1, description="Per-call generation limit; `finish_reason = length` without exactly one valid tool call ends the episode (`generation_length`).")
 
 
 class Model(_Strict):
@@ -54,16 +54,22 @@ class Model(_Strict):
     checkpoint_id: str | None = Field(None, description="Weights identity; recorded in the fingerprint, never sent to the API.")
     sampling: Sampling = Field(default_factory=Sampling)
     extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra JSON merged into every request (e.g. `chat_template_kwargs`).")
+    send_seed: bool = Field(False, description="Send a per-step `seed` (episode seed + step_index - 1). The released ShopSimRL configs send none; the demo configs set true so repeated samples differ.")
+    tool_choice: str = Field("auto", min_length=1, description="`tool_choice` sent with the tools (`auto`, `required`, ...).")
     trust_env: bool = Field(False, description="Let httpx use proxy environment variables (true for remote APIs behind a proxy).")
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout.")
-    max_retries: int = Field(5, ge=0, description="Retries on connection errors, 408, 429 and retryable 5xx.")
+    max_retries: int = Field(5, ge=0, description="Retries on connection errors, 408, 409, 429 and retryable 5xx.")
+    retry_backoff_s: float = Field(0.5, ge=0, description="Base of the jittered exponential backoff between retries (capped at 30 s).")
 
 
 class Environment(_Strict):
-    url: str = Field(EMBEDDED, description="Environment server base URL, or `embedded` for the in-process simulator.")
-    dialect: Literal["canonical", "legacy"] = Field("canonical", description="`canonical` (/v1/sessions) or `legacy` (POST /api/shop_agent).")
+    url: str = Field(EMBEDDED, description="Environment server base URL (shop_env: http://127.0.0.1:5700), or `embedded` for the in-process simulator.")
+    dialect: Literal["shop_env", "pi-slime"] = Field(
+        "shop_env", description="`shop_env` (ShopSimulator's shop_env server: POST /api/shop_agent with leases, observation_state, "
+        "reward = r_strict) or `pi-slime` (the single-endpoint slime deployment: no observation_state, reward = r_loose).")
+    persona: bool = Field(False, description="`if_persona` sent with reset: persona tasks (the user persona joins the system prompt).")
     seed: int = Field(0, description="Embedded simulator: catalog seed.")
-    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout.")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout (reset waits without a read timeout: the server blocks until a slot is free).")
     trust_env: bool = Field(False, description="Let httpx use proxy environment variables.")
 
 
@@ -73,7 +79,7 @@ class Skills(_Strict):
 
 
 class Runtime(_Strict):
-    action_limit: int = Field(15, ge=1, description="Actions per episode; protocol errors consume it too.")
+    max_steps: int = Field(30, ge=1, description="Model turns per episode (protocol errors count); when they run out the runtime terminates with `action_limit`.")
     concurrency: int = Field(8, ge=1, description="Episodes in flight (execution parameter: not in the fingerprint).")
 
 

@@ -1,9 +1,27 @@
-"""ShopEnvironment adapters for the two dialects of docs/sim_protocol.md.
+"""Environment adapters: ShopSimulator's ``shop_env`` server and the pi-slime single-endpoint dialect.
 
-Both return the same :class:`EnvStep` so the runtime never knows which dialect it speaks. reset
-never asks for the private goal; the canonical adapter checks ``observation_version``; ``close`` is
-idempotent and safe after a terminal step. The legacy dialect has no observation_state: clickables
-are parsed from the page text (``[button] value [button_]``), so its fidelity is ``parsed_text``.
+Both return :class:`EnvStep`, so the runtime never knows which dialect it speaks.
+
+``shop_env`` (dialect ``shop_env``, wire format in docs/sim_protocol.md): every action is ``POST /api/shop_agent``
+and every answer is ``{"result": {...}}``. ``reset`` carries ``idx``, ``if_persona``,
+``include_private_goal: false`` and ``interaction_mode: single_turn`` but never ``env_idx`` (the
+server assigns a slot, blocking until one is free, so reset has no read timeout); ``interact``,
+``terminate`` and ``release_one`` carry ``env_idx`` and ``lease_id``. An error is
+``{"result": {"error": "..."}}`` with HTTP 400 (bad field), 409 (stale lease) or 500; it becomes an
+:class:`EnvServerError` with the server's message and what to do. Every page must be
+``observation_state`` version ``shopping-observation-v7``; any other version is an
+:class:`ObservationVersionError` naming it. ``GET /healthz`` is read once per run
+(:func:`read_health`). The top-level ``reward`` is ``r_strict``.
+
+``pi-slime`` (the slime example's server): the same path without leases (``rollout_session_id``
+instead), the page text in ``instruction``, no ``observation_state`` (clickables are parsed from
+``[button] ... [button_]`` in the text, fidelity ``parsed_text``), no ``terminate`` (the adapter
+releases the slot and reports a zero-reward terminal itself); its ``reward`` is ``r_loose``.
+
+The private goal never leaves this module: a terminal answer's ``goal`` is reduced to
+``right_product`` (purchased asin equals the goal's; else ``reward_detail.target_asin_match``), and
+the payloads kept for storage drop ``env_idx``, ``lease_id``, ``goal`` and the private reset fields.
+``close`` releases the slot and is idempotent.
 """
 
 from __future__ import annotations
@@ -15,16 +33,41 @@ from typing import Any
 
 import httpx
 
-from .errors import EnvProtocolError, ObservationVersionError
+from .errors import EnvironmentError_, EnvProtocolError, ObservationVersionError
 
-KNOWN_OBSERVATION_VERSIONS = {"shopsim-obs-v1"}
+OBSERVATION_VERSION = "shopping-observation-v7"
+KNOWN_OBSERVATION_VERSIONS = frozenset({OBSERVATION_VERSION})
+TERMINATION_REASONS = ("action_limit", "generation_length")
+LEASE_FIELDS = frozenset({"env_idx", "lease_id"})
+PRIVATE_FIELDS = frozenset({"goal", "private_task_instruction", "goal_options", "reason_key"})
+PRIMARY_REWARD = {"shop_env": "r_strict", "pi-slime": "r_loose"}
 BUTTON_RE = re.compile(r"\[button\]\s*(.*?)\s*\[button_\]")
+PAGE_TITLES = {"页面：搜索首页": "search_home", "页面：搜索结果": "search_results", "页面：商品详情": "product_detail",
+               "页面：商品属性页": "information_subpage", "页面：任务已终止": "terminal"}
+STATUS_HINTS = {
+    400: "the server refused the request as malformed; check that environment.url points at a shop_env server of the "
+         "version shopsim-wh speaks (GET /healthz shows it)",
+    409: "the lease is stale or invalid: the server restarted or the slot was released by someone else; the episode "
+         "is recorded as failed and is retried when you run the same command again",
+    500: "the environment server failed on this request; read its log (stepping an already finished session is a 500)",
+}
+
+
+class EnvServerError(EnvironmentError_):
+    """The environment server answered an error (HTTP status + its ``result.error`` message)."""
+
+    def __init__(self, what: str, status: int, message: str):
+        self.status = status
+        self.server_message = message
+        hint = STATUS_HINTS.get(status, "check the environment server's log")
+        super().__init__(f"environment {what}: HTTP {status}: {message}\n{hint}")
 
 
 @dataclass
 class EnvStep:
     observation: str
     state: dict[str, Any]
+    payload: dict[str, Any] = field(default_factory=dict)  # the public answer as stored (no lease fields, no goal)
     valid: bool = True
     feedback_code: str | None = None
     feedback_message: str | None = None
@@ -33,151 +76,290 @@ class EnvStep:
     reward_detail: dict[str, Any] | None = None
     purchase: dict[str, Any] | None = None
     termination_reason: str | None = None
-    right_product: bool | None = None  # computed here; the goal itself is dropped at the boundary
-    task: dict[str, Any] = field(default_factory=dict)
+    right_product: bool | None = None
+    task_instruction: str | None = None  # reset only
+    persona: Any = None  # reset only: user_persona
 
 
-def _right_product(goal: dict | None, purchase: dict | None) -> bool | None:
-    if not goal or not purchase:
-        return None if not goal else False
-    return goal.get("asin") is not None and goal.get("asin") == purchase.get("asin")
+def public(payload: dict, hidden: frozenset = LEASE_FIELDS | PRIVATE_FIELDS) -> dict:
+    return {k: v for k, v in payload.items() if k not in hidden}
 
 
-def _raise_for(resp: httpx.Response, what: str) -> dict:
+def right_product(goal: Any, purchase: Any, detail: Any) -> bool | None:
+    """Derived outcome fact, the only trace of the private goal that survives."""
+    gasin = goal.get("asin") if isinstance(goal, dict) else None
+    pasin = purchase.get("asin") if isinstance(purchase, dict) else None
+    if gasin is not None:
+        return pasin is not None and str(pasin).lower() == str(gasin).lower()
+    if isinstance(detail, dict) and detail.get("target_asin_match") is not None:
+        return bool(detail["target_asin_match"])
+    return None
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _decode(resp: httpx.Response, what: str) -> dict:
     try:
         doc = resp.json()
     except ValueError:
-        raise EnvProtocolError(f"environment {what}: HTTP {resp.status_code}, body is not JSON: {resp.text[:200]}") from None
-    if resp.status_code >= 400:
-        err = doc.get("error") if isinstance(doc, dict) else None
-        msg = err.get("message") if isinstance(err, dict) else err
-        raise EnvProtocolError(f"environment {what}: HTTP {resp.status_code}: {msg or doc}")
+        raise EnvProtocolError(f"environment {what}: HTTP {resp.status_code}, the answer is not JSON: {resp.text[:200]!r}; "
+                               "is environment.url a ShopSimulator server (python -m shop_env.pack_api)?") from None
+    result = doc.get("result") if isinstance(doc, dict) else None
+    if not isinstance(result, dict):
+        if resp.status_code >= 400:
+            raise EnvServerError(what, resp.status_code, str(doc)[:300])
+        raise EnvProtocolError(f"environment {what}: HTTP {resp.status_code}, the answer has no 'result' object: "
+                               f"{str(doc)[:200]}; is environment.dialect right for this server?")
+    if resp.status_code >= 400 or result.get("error"):
+        raise EnvServerError(what, resp.status_code, str(result.get("error") or resp.reason_phrase))
+    return result
+
+
+async def read_health(client: httpx.AsyncClient, dialect: str) -> dict:
+    """``GET /healthz`` of a shop_env server, checked: it must speak an observation version we know."""
+    if dialect != "shop_env":
+        return {"primary_reward": PRIMARY_REWARD[dialect], "observation_version": None, "environment_version": None}
+    try:
+        resp = await client.get("healthz")
+        doc = resp.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise EnvProtocolError(f"environment healthz at {client.base_url}: {type(exc).__name__}: {exc}; start the "
+                               "server (python -m shop_env.pack_api) or fix environment.url") from None
+    if resp.status_code != 200 or not isinstance(doc, dict):
+        raise EnvProtocolError(f"environment healthz at {client.base_url}: HTTP {resp.status_code}: {str(doc)[:200]}")
+    version = doc.get("observation_version")
+    if version not in KNOWN_OBSERVATION_VERSIONS:
+        raise ObservationVersionError(
+            f"environment at {client.base_url} speaks observation_version {version!r}; shopsim-wh knows "
+            f"{sorted(KNOWN_OBSERVATION_VERSIONS)}: upgrade shopsim-wh or point environment.url at a compatible server")
     return doc
 
 
-class CanonicalEnvironment:
+class ShopEnvAdapter:
+    """One instance owns at most one shop_env lease (one episode)."""
+
+    dialect = "shop_env"
     fidelity = "canonical"
 
-    def __init__(self, client: httpx.AsyncClient, action_limit: int | None = None):
+    def __init__(self, client: httpx.AsyncClient, persona: bool = False, interaction_mode: str = "single_turn",
+                 timeout_s: float = 60.0, endpoint: str = "api/shop_agent"):
         self.client = client
-        self.action_limit = action_limit
-        self.lease: str | None = None
+        self.persona = persona
+        self.interaction_mode = interaction_mode
+        self.timeout_s = timeout_s
+        self.endpoint = endpoint
+        self.env_idx: int | None = None
+        self.lease_id: str | None = None
+        self.environment_version: str | None = None
+        self.observation_version: str | None = None
 
-    def _check_state(self, state: Any) -> dict:
-        if not isinstance(state, dict):
-            raise EnvProtocolError("environment answered without observation_state; is this a canonical-dialect server?")
-        version = state.get("observation_version")
-        if version not in KNOWN_OBSERVATION_VERSIONS:
-            raise ObservationVersionError(
-                f"unknown observation_version {version!r} (known: {sorted(KNOWN_OBSERVATION_VERSIONS)}); "
-                "upgrade shopsim-wh or point environment.url at a compatible server")
-        return state
+    def identity(self) -> dict:
+        return {"adapter": "shopsim-wh-shop_env", "base_url": str(self.client.base_url).rstrip("/"),
+                "persona": self.persona, "interaction_mode": self.interaction_mode,
+                "environment_version": self.environment_version, "observation_version": self.observation_version}
 
-    def _to_step(self, doc: dict) -> EnvStep:
-        fb = doc.get("action_feedback") or {}
-        goal = doc.get("goal")
-        return EnvStep(
-            observation=doc.get("observation", ""),
-            state=self._check_state(doc.get("observation_state")),
-            valid=bool(fb.get("valid", True)),
-            feedback_code=fb.get("code"),
-            feedback_message=fb.get("message"),
-            done=bool(doc.get("done")),
-            reward=doc.get("reward"),
-            reward_detail=doc.get("reward_detail"),
-            purchase=doc.get("purchase"),
-            termination_reason=doc.get("termination_reason"),
-            right_product=_right_product(goal, doc.get("purchase")) if doc.get("done") else None,
-        )
+    async def _post(self, body: dict, what: str) -> dict:
+        # reset queues until a slot is free: no read timeout there
+        timeout = httpx.Timeout(self.timeout_s, read=None) if body["action"] == "reset" else self.timeout_s
+        try:
+            resp = await self.client.post(self.endpoint, json=body, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise EnvProtocolError(f"environment {what}: {type(exc).__name__}: {exc}; is the server at "
+                                   f"{self.client.base_url} up?") from exc
+        result = _decode(resp, what)
+        if body["action"] == "reset" and "env_idx" in result and result.get("lease_id"):
+            # hold the lease before any check below can fail, so close() releases the slot
+            self.env_idx, self.lease_id = int(result["env_idx"]), str(result["lease_id"])
+        if body["action"] in ("reset", "interact", "terminate"):
+            if not isinstance(result.get("observation"), str):
+                raise EnvProtocolError(f"environment {what}: the answer has no rendered observation text")
+            state = result.get("observation_state")
+            if not isinstance(state, dict):
+                raise EnvProtocolError(f"environment {what}: the answer has no observation_state; is this a shop_env "
+                                       "server (else set environment.dialect: pi-slime)?")
+            version = state.get("observation_version")
+            if version not in KNOWN_OBSERVATION_VERSIONS:
+                raise ObservationVersionError(
+                    f"environment {what}: unknown observation_version {version!r} (known: "
+                    f"{sorted(KNOWN_OBSERVATION_VERSIONS)}); upgrade shopsim-wh or point environment.url at a "
+                    "compatible server")
+        return result
 
     async def reset(self, task_id: int) -> EnvStep:
-        body = {"task_id": task_id, "include_private_goal": False, "action_limit": self.action_limit}
-        doc = _raise_for(await self.client.post("v1/sessions", json=body), "reset")
-        doc.pop("goal", None)  # defensive: never keep a private goal from reset
-        self.lease = doc["lease_id"]
-        step = EnvStep(doc.get("observation", ""), self._check_state(doc.get("observation_state")))
-        task = dict(doc.get("task") or {})
-        task.pop("goal", None)
-        step.task = task
-        return step
+        if self.lease_id is not None:
+            raise EnvProtocolError("this adapter already holds a lease; use one adapter per episode")
+        res = await self._post({"action": "reset", "idx": task_id, "if_persona": self.persona,
+                                "include_private_goal": False, "interaction_mode": self.interaction_mode}, "reset")
+        if self.lease_id is None:
+            raise EnvProtocolError("environment reset: the answer has no env_idx / lease_id; is this a shop_env server?")
+        if not isinstance(res.get("task_instruction"), str):
+            raise EnvProtocolError("environment reset: the answer has no task_instruction")
+        self.environment_version = res.get("environment_version")
+        self.observation_version = res["observation_state"]["observation_version"]
+        payload = public(res)
+        return EnvStep(res["observation"], res["observation_state"], payload,
+                       task_instruction=res["task_instruction"], persona=res.get("user_persona"))
+
+    def _to_step(self, res: dict) -> EnvStep:
+        fb = res.get("action_feedback") if isinstance(res.get("action_feedback"), dict) else {}
+        done = res.get("done") is True
+        detail = res.get("reward_detail") if isinstance(res.get("reward_detail"), dict) else None
+        if detail is not None:
+            detail = public(detail)
+        purchase = res.get("purchase") if isinstance(res.get("purchase"), dict) and res.get("purchase") else None
+        valid = fb.get("valid")
+        payload = public(res)
+        if detail is not None:
+            payload["reward_detail"] = detail
+        return EnvStep(
+            res["observation"], res["observation_state"], payload,
+            valid=valid is not False,
+            feedback_code=None if valid is not False else fb.get("reason"),
+            feedback_message=None if valid is not False else fb.get("message"),
+            done=done, reward=_number(res.get("reward")), reward_detail=detail, purchase=purchase,
+            termination_reason=res.get("termination_reason") if done else None,
+            right_product=right_product(res.get("goal"), purchase, detail) if done else None,
+        )
+
+    def _lease(self, what: str) -> dict:
+        if self.lease_id is None:
+            raise EnvProtocolError(f"environment {what} before reset (no lease held)")
+        return {"env_idx": self.env_idx, "lease_id": self.lease_id}
 
     async def step(self, action: str) -> EnvStep:
-        return self._to_step(_raise_for(await self.client.post(f"v1/sessions/{self.lease}/step", json={"action": action}), "step"))
+        return self._to_step(await self._post({"action": "interact", **self._lease("interact"), "response": action},
+                                              "interact"))
 
     async def terminate(self, reason: str) -> EnvStep:
-        resp = await self.client.post(f"v1/sessions/{self.lease}/terminate", json={"reason": reason})
-        return self._to_step(_raise_for(resp, "terminate"))
+        if reason not in TERMINATION_REASONS:
+            raise ValueError(f"termination reason {reason!r}: shop_env accepts {TERMINATION_REASONS}")
+        res = await self._post({"action": "terminate", **self._lease("terminate"), "termination_reason": reason},
+                               "terminate")
+        if res.get("termination_reason") != reason or res.get("done") is not True:
+            raise EnvProtocolError(f"environment terminate({reason}) answered done={res.get('done')!r}, "
+                                   f"termination_reason={res.get('termination_reason')!r}; restart the environment "
+                                   "server with current ShopSimulator code")
+        return self._to_step(res)
 
     async def close(self) -> None:
-        if self.lease is None:
+        if self.lease_id is None:
             return
-        lease, self.lease = self.lease, None
-        await self.client.delete(f"v1/sessions/{lease}")
+        lease = self._lease("release_one")
+        self.env_idx = self.lease_id = None
+        await self._post({"action": "release_one", **lease}, "release_one")
 
 
-class LegacyEnvironment:
-    """POST /api/shop_agent: reset / interact / release_one. Clickables parsed from text."""
+class PiSlimeAdapter:
+    """POST /api/shop_agent with ``rollout_session_id``; clickables parsed from the page text."""
 
+    dialect = "pi-slime"
     fidelity = "parsed_text"
 
-    def __init__(self, client: httpx.AsyncClient, action_limit: int | None = None, endpoint: str = "api/shop_agent"):
+    def __init__(self, client: httpx.AsyncClient, persona: bool = False, timeout_s: float = 60.0,
+                 endpoint: str = "api/shop_agent"):
         self.client = client
+        self.persona = persona
+        self.timeout_s = timeout_s
         self.endpoint = endpoint
         self.session_id = uuid.uuid4().hex
         self.env_idx: int | None = None
         self.released = False
 
+    def identity(self) -> dict:
+        return {"adapter": "shopsim-wh-pi-slime", "base_url": str(self.client.base_url).rstrip("/"),
+                "persona": self.persona, "interaction_mode": "single_turn",
+                "environment_version": None, "observation_version": None}
+
     async def _call(self, body: dict, what: str) -> dict:
-        doc = _raise_for(await self.client.post(self.endpoint, json={**body, "rollout_session_id": self.session_id}), what)
-        if "error" in doc and doc["error"]:
-            raise EnvProtocolError(f"environment {what}: {doc['error']}")
-        if "result" not in doc:
-            raise EnvProtocolError(f"environment {what}: answer has no 'result': {str(doc)[:200]}")
-        return doc["result"]
+        timeout = httpx.Timeout(self.timeout_s, read=None) if body["action"] == "reset" else self.timeout_s
+        try:
+            resp = await self.client.post(self.endpoint, json={**body, "rollout_session_id": self.session_id},
+                                          timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise EnvProtocolError(f"environment {what}: {type(exc).__name__}: {exc}; is the server at "
+                                   f"{self.client.base_url} up?") from exc
+        try:
+            doc = resp.json()
+        except ValueError:
+            raise EnvProtocolError(f"environment {what}: HTTP {resp.status_code}, the answer is not JSON: "
+                                   f"{resp.text[:200]!r}") from None
+        if isinstance(doc, dict) and doc.get("error"):
+            raise EnvServerError(what, resp.status_code, str(doc["error"]))
+        return _decode(resp, what)
 
     @staticmethod
     def parse_state(text: str, done: bool = False) -> dict:
+        """Clickables from the page text: WebShop's ``[button] x [button_]`` markup, or the Chinese layout's
+        ``可点击元素：`` list (one ``- value`` per line) with search offered when ``- 支持商品搜索`` is listed."""
         buttons = BUTTON_RE.findall(text)
-        search = any(b.lower() == "search" for b in buttons)
-        actions = [b for b in buttons if b.lower() != "search"]
-        return {"observation_version": "parsed-text", "page": "done" if done else None,
-                "search_available": search and not done, "actions": [] if done else actions}
+        if buttons:
+            search = any(b.lower() == "search" for b in buttons)
+            actions = [b for b in buttons if b.lower() != "search"]
+        else:
+            lines = text.splitlines()
+            search = any(line.strip() == "- 支持商品搜索" for line in lines)
+            actions = []
+            if "可点击元素：" in (line.strip() for line in lines):
+                start = [line.strip() for line in lines].index("可点击元素：") + 1
+                for line in lines[start:]:
+                    if not line.startswith("- "):
+                        break
+                    actions.append(line[2:].strip())
+        title = next((line.strip() for line in text.splitlines() if line.strip().startswith("页面：")), "")
+        page = "terminal" if done else PAGE_TITLES.get(title, "unknown")
+        return {"observation_version": "parsed-text", "page_type": page,
+                "search_available": not done and search, "actions": [] if done else actions}
 
     async def reset(self, task_id: int) -> EnvStep:
         res = await self._call({"action": "reset", "idx": task_id}, "reset")
         self.env_idx = res["env_idx"]
         text = res.get("instruction", "")
-        step = EnvStep(text, self.parse_state(text))
-        step.task = {"task_id": task_id}
-        return step
+        return EnvStep(text, self.parse_state(text), public(res), task_instruction=None)
 
     def _to_step(self, res: dict) -> EnvStep:
         done = bool(res.get("done"))
         text = res.get("instruction", "")
         if res.get("over"):
             self.released = True
-        detail = res.get("reward_detail")
+        detail = res.get("reward_detail") if isinstance(res.get("reward_detail"), dict) else None
         if detail:
-            detail = {k: (float(v) if isinstance(v, bool) else v) for k, v in detail.items()}
+            detail = {k: (float(v) if isinstance(v, bool) else v) for k, v in public(detail).items()}
+        purchase = res.get("purchase") if isinstance(res.get("purchase"), dict) and res.get("purchase") else None
+        payload = public(res)
+        if detail is not None:
+            payload["reward_detail"] = detail
         return EnvStep(
-            text, self.parse_state(text, done), done=done,
-            reward=res.get("reward") if done else None, reward_detail=detail,
-            purchase=res.get("purchase"),
-            termination_reason=res.get("termination_reason") or (
-                ("purchase" if res.get("purchase") else "action_limit") if done else None),
-            right_product=_right_product(res.get("goal"), res.get("purchase")) if done else None,
+            text, self.parse_state(text, done), payload, done=done,
+            reward=_number(res.get("reward")) if done else None, reward_detail=detail, purchase=purchase,
+            # the server names no reason: a purchase ended it, or its own action limit did
+            termination_reason=res.get("termination_reason") or (("purchase" if purchase else "action_limit") if done else None),
+            right_product=right_product(res.get("goal"), purchase, detail) if done else None,
         )
 
     async def step(self, action: str) -> EnvStep:
-        return self._to_step(await self._call({"action": "interact", "env_idx": self.env_idx, "response": action}, "step"))
+        return self._to_step(await self._call({"action": "interact", "env_idx": self.env_idx, "response": action}, "interact"))
 
     async def terminate(self, reason: str) -> EnvStep:
+        """No terminate action in this dialect: release the slot and report the zero-reward terminal."""
         await self.close()
         zero = {"r_type": 0.0, "r_att": 0.0, "r_option": 0.0, "r_price": 0.0}
-        return EnvStep("", self.parse_state("", True), done=True, reward=0.0, reward_detail=zero, termination_reason=reason)
+        payload = {"done": True, "reward": 0.0, "reward_detail": zero, "termination_reason": reason,
+                   "synthesized_by": "shopsim-wh (the pi-slime dialect has no terminate action)"}
+        return EnvStep("", self.parse_state("", True), payload, done=True, reward=0.0, reward_detail=zero,
+                       termination_reason=reason)
 
     async def close(self) -> None:
         if self.env_idx is None or self.released:
             return
         self.released = True
-        await self._call({"action": "release_one", "env_idx": self.env_idx}, "release")
+        await self._call({"action": "release_one", "env_idx": self.env_idx}, "release_one")
+
+
+def make_adapter(dialect: str, client: httpx.AsyncClient, persona: bool = False, timeout_s: float = 60.0):
+    if dialect == "shop_env":
+        return ShopEnvAdapter(client, persona=persona, timeout_s=timeout_s)
+    if dialect == "pi-slime":
+        return PiSlimeAdapter(client, persona=persona, timeout_s=timeout_s)
+    raise ValueError(f"environment.dialect {dialect!r}: use shop_env or pi-slime")

@@ -1,15 +1,27 @@
 """ChatModel: one OpenAI-compatible chat-completions call (OpenAI, vLLM, SGLang, the scripted policy).
 
 The client is injected (``httpx.AsyncClient``), so the same code talks to a remote server, a local
-vLLM, or the embedded policy through an ASGI transport. Retries: connection errors, 408, 429
+vLLM, or the embedded policy through an ASGI transport. Retries: connection errors, 408, 409, 429
 (honouring ``Retry-After``) and 500/502/503/504, with jittered exponential backoff. 400/401/403/404/422
 are not retried: they raise :class:`ModelHTTPError` saying what to fix. The API key lives only in the
 client's headers, never in a returned value.
+
+A 200 answer is checked against the tool protocol the way ShopSimRL's client does (its order of
+checks matters: the first failing check names the error). A response that breaks it is not an
+exception: the output carries ``protocol_error`` ``{code, message}`` (or ``policy_failure`` with
+code ``generation_length`` when the generation hit ``max_tokens`` without exactly one call) and the
+runtime turns it into feedback for the model. Codes: ``invalid_json_response``,
+``invalid_response_body``, ``missing_choices``, ``invalid_choice``, ``invalid_message``,
+``invalid_tool_calls``, ``invalid_tool_call``, ``missing_function``, ``missing_tool_call_id``,
+``missing_tool_name``, ``invalid_arguments_type``, ``invalid_arguments_json``,
+``invalid_arguments_object``, ``unavailable_tool``, ``tool_call_count``, ``mixed_content``,
+``empty_response``. ``tool_calls`` holds the calls parsed before the failing check.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -17,9 +29,9 @@ from typing import Any
 
 import httpx
 
-from .errors import ModelError, ModelHTTPError, ModelUnavailable
+from .errors import ModelHTTPError, ModelUnavailable
 
-RETRYABLE = {408, 429, 500, 502, 503, 504}
+RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
 HINTS = {
     400: "the server rejected the request: check model.sampling, model.extra_body and the tool schema it was sent",
     401: "authentication failed: check that model.api_key_env names a variable holding a valid key",
@@ -27,6 +39,7 @@ HINTS = {
     404: "not found: check model.base_url (it should end in /v1) and model.name",
     422: "the server could not process the request body: check model.extra_body and model.sampling",
 }
+BACKOFF_CAP_S = 30.0
 
 
 @dataclass
@@ -34,6 +47,10 @@ class ToolCall:
     id: str | None
     name: str | None
     arguments: str  # raw JSON text as sent by the model
+    args: dict | None = None  # the decoded object (set when the raw text parsed to one)
+
+    def message_dict(self) -> dict:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
 @dataclass
@@ -47,7 +64,22 @@ class ModelOutput:
     prompt_tokens: int | None
     completion_tokens: int | None
     latency_ms: float
-    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    raw: Any = field(repr=False, default_factory=dict)
+    usage: dict = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+    protocol_error: dict | None = None  # {code, message}
+    policy_failure: dict | None = None  # {code: generation_length, message}
+
+    @property
+    def rejected(self) -> bool:
+        return self.protocol_error is not None or self.policy_failure is not None
+
+    def assistant_message(self) -> dict:
+        """The assistant message as it goes back into the conversation (never the reasoning)."""
+        msg: dict = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = [c.message_dict() for c in self.tool_calls]
+        return msg
 
 
 class ChatModel:
@@ -57,37 +89,45 @@ class ChatModel:
         model: str,
         *,
         temperature: float = 0.6,
-        top_p: float = 1.0,
+        top_p: float | None = 1.0,
         max_tokens: int = 4096,
         extra_body: dict[str, Any] | None = None,
         max_retries: int = 5,
         backoff_base_s: float = 0.5,
-        backoff_cap_s: float = 30.0,
+        send_seed: bool = False,
+        tool_choice: str = "auto",
     ):
         self.client = client
         self.model = model
-        self.sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+        self.sampling = {"temperature": temperature, "max_tokens": max_tokens}
+        if top_p is not None:
+            self.sampling["top_p"] = top_p
         self.extra_body = dict(extra_body or {})
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
-        self.backoff_cap_s = backoff_cap_s
+        self.send_seed = send_seed
+        self.tool_choice = tool_choice
 
-    def request_body(self, messages: list[dict], tools: list[dict], seed: int) -> dict:
-        body = {"model": self.model, "messages": messages, "tools": tools, "tool_choice": "auto",
-                "seed": seed, **self.sampling}
-        body.update(self.extra_body)
+    def request_body(self, messages: list[dict], tools: list[dict], seed: int | None) -> dict:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, **self.sampling, **self.extra_body}
+        if seed is not None and self.send_seed:
+            body["seed"] = seed
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = self.tool_choice
         return body
 
     def _delay(self, attempt: int, retry_after: str | None) -> float:
         if retry_after:
             try:
-                return min(float(retry_after), self.backoff_cap_s)
+                return min(float(retry_after), BACKOFF_CAP_S)
             except ValueError:
                 pass
-        return min(self.backoff_cap_s, self.backoff_base_s * 2**attempt) * random.uniform(0.5, 1.0)
+        return min(BACKOFF_CAP_S, self.backoff_base_s * 2**attempt) * random.uniform(0.5, 1.0)
 
-    async def generate(self, messages: list[dict], tools: list[dict], seed: int) -> ModelOutput:
+    async def generate(self, messages: list[dict], tools: list[dict], seed: int | None = None) -> ModelOutput:
         body = self.request_body(messages, tools, seed)
+        allowed = {t["function"]["name"] for t in tools} if tools else None
         last: str = ""
         for attempt in range(self.max_retries + 1):
             t0 = time.perf_counter()
@@ -99,7 +139,12 @@ class ChatModel:
             else:
                 latency_ms = (time.perf_counter() - t0) * 1000
                 if resp.status_code == 200:
-                    return parse_response(resp.json(), latency_ms)
+                    try:
+                        doc = resp.json()
+                    except ValueError as exc:
+                        return _rejected_output({"text": resp.text[:4000]}, latency_ms, "invalid_json_response",
+                                                f"model response is not valid JSON: {exc}")
+                    return parse_response(doc, latency_ms, require_tool_call=bool(tools), allowed_tools=allowed)
                 text = resp.text[:500]
                 if resp.status_code not in RETRYABLE:
                     raise ModelHTTPError(resp.status_code, text, HINTS.get(resp.status_code, "check the model server's logs"))
@@ -113,33 +158,94 @@ class ChatModel:
         )
 
 
-def parse_response(doc: dict, latency_ms: float) -> ModelOutput:
-    try:
-        choice = doc["choices"][0]
-        msg = choice.get("message") or {}
-    except (KeyError, IndexError, TypeError):
-        raise ModelError(f"chat-completions response has no choices[0]: {str(doc)[:300]}") from None
-    calls = []
-    for tc in msg.get("tool_calls") or []:
-        fn = tc.get("function") or {}
-        args = fn.get("arguments")
-        calls.append(ToolCall(tc.get("id"), fn.get("name"), args if isinstance(args, str) else _dumps(args)))
-    usage = doc.get("usage") or {}
-    return ModelOutput(
-        content=msg.get("content"),
-        reasoning=msg.get("reasoning_content") or msg.get("reasoning"),
-        tool_calls=calls,
-        finish_reason=choice.get("finish_reason"),
-        response_id=doc.get("id"),
-        model=doc.get("model"),
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
-        latency_ms=latency_ms,
-        raw=doc,
+def _rejected_output(raw: Any, latency_ms: float, code: str, message: str) -> ModelOutput:
+    return ModelOutput(None, None, [], None, None, None, None, None, latency_ms, raw=raw,
+                       protocol_error={"code": code, "message": message})
+
+
+def _text(value: Any) -> str | None:
+    """Content as text: a string, or the concatenated ``text`` parts of a content-part list."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(p["text"] for p in value if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return str(value)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def parse_response(doc: Any, latency_ms: float, *, require_tool_call: bool = True,
+                   allowed_tools: set[str] | None = None) -> ModelOutput:
+    """One chat-completions answer → ModelOutput, with the first protocol check that fails (if any)."""
+    is_doc = isinstance(doc, dict)
+    usage = doc.get("usage") if is_doc and isinstance(doc.get("usage"), dict) else {}
+    out = ModelOutput(
+        content=None, reasoning=None, tool_calls=[], finish_reason=None,
+        response_id=doc.get("id") if is_doc and isinstance(doc.get("id"), str) else None,
+        model=doc.get("model") if is_doc and isinstance(doc.get("model"), str) else None,
+        prompt_tokens=_int(usage.get("prompt_tokens")), completion_tokens=_int(usage.get("completion_tokens")),
+        latency_ms=latency_ms, raw=doc, usage=usage,
+        metadata={k: doc[k] for k in ("created", "system_fingerprint", "service_tier") if k in doc} if is_doc else {},
     )
 
+    def reject(code: str, message: str, policy: bool = False) -> ModelOutput:
+        if policy:
+            out.policy_failure = {"code": code, "message": message}
+        else:
+            out.protocol_error = {"code": code, "message": message}
+        return out
 
-def _dumps(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj, ensure_ascii=False)
+    if not is_doc:
+        return reject("invalid_response_body", "model response body must be a JSON object")
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return reject("missing_choices", "model response has no choices")
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        return reject("invalid_choice", "model response choice must be an object")
+    out.finish_reason = choice.get("finish_reason")
+    msg = choice.get("message")
+    if not isinstance(msg, dict):
+        return reject("invalid_message", "model response choice has no message object")
+    out.content = _text(msg.get("content"))
+    out.reasoning = _text(msg.get("reasoning_content", msg.get("reasoning")))
+    raw_calls = msg.get("tool_calls")
+    raw_calls = [] if raw_calls is None else raw_calls
+    if not isinstance(raw_calls, list):
+        return reject("invalid_tool_calls", "model tool_calls must be a list")
+    for rc in raw_calls:
+        if not isinstance(rc, dict) or rc.get("type") != "function":
+            return reject("invalid_tool_call", "tool call is not an object of type 'function'")
+        fn = rc.get("function")
+        if not isinstance(fn, dict):
+            return reject("missing_function", "tool call has no function object")
+        call_id, name, raw_args = rc.get("id"), fn.get("name"), fn.get("arguments")
+        if not isinstance(call_id, str) or not call_id:
+            return reject("missing_tool_call_id", "tool call has no id")
+        if not isinstance(name, str) or not name:
+            return reject("missing_tool_name", "tool call has no function name")
+        if not isinstance(raw_args, str):
+            return reject("invalid_arguments_type", "tool call arguments must be a JSON string")
+        try:
+            args = json.loads(raw_args)
+        except json.JSONDecodeError as exc:
+            return reject("invalid_arguments_json", f"tool call arguments are not valid JSON: {exc}")
+        if not isinstance(args, dict):
+            return reject("invalid_arguments_object", "tool call arguments must decode to a JSON object")
+        out.tool_calls.append(ToolCall(call_id, name, raw_args, args))
+        if allowed_tools is not None and name not in allowed_tools:
+            return reject("unavailable_tool", f"model called a tool this page does not offer: {name}")
+    n = len(out.tool_calls)
+    if require_tool_call and out.finish_reason == "length" and n != 1:
+        return reject("generation_length", "generation reached max_tokens before returning exactly one valid tool call",
+                      policy=True)
+    if require_tool_call and n != 1:
+        return reject("tool_call_count", f"model must return exactly one tool call, got {n}")
+    if require_tool_call and out.content and out.content.strip():
+        return reject("mixed_content", "model must not mix natural-language content with an action tool call")
+    if not out.tool_calls and not (out.content and out.content.strip()):
+        return reject("empty_response", f"model returned neither content nor tool calls "
+                                        f"(finish_reason={out.finish_reason!r}, reasoning_chars={len(out.reasoning or '')})")
+    return out

@@ -23,12 +23,12 @@ import httpx
 
 from . import __version__
 from .config import EMBEDDED, Config
-from .environment import CanonicalEnvironment, LegacyEnvironment
+from .environment import PRIMARY_REWARD, make_adapter, read_health
 from .errors import ConfigError, FingerprintMismatch, TestSplitGuard
 from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
 from .model import ChatModel
 from .prompts import PromptBuilder
-from .runtime import AgentRuntime, EpisodeRecord
+from .runtime import ACTION_PROTOCOL, AgentRuntime, EpisodeRecord
 from .schema import to_arrow
 from .skills import SkillProvider, load_skills
 from .warehouse import Warehouse, Writer
@@ -76,11 +76,16 @@ def plan(cfg: Config) -> Plan:
         "extra_body": cfg.model.extra_body,
         "environment_mode": f"embedded(seed={env.seed})" if env.url == EMBEDDED else "remote",
         "environment_dialect": env.dialect,
+        "environment_persona": env.persona,
+        "send_seed": cfg.model.send_seed,
+        "tool_choice": cfg.model.tool_choice,
         "prompt_version": prompts.version,
         "prompt_hash": prompts.prompt_hash,
+        "system_prompt_sha256": prompts.identity()["system_prompt_sha256"],
         "skill_bank_hash": skills.identity(),
         "skills_mask_rate": cfg.skills.mask_rate,
-        "action_limit": cfg.runtime.action_limit,
+        "max_steps": cfg.runtime.max_steps,
+        "action_protocol": ACTION_PROTOCOL,
     }
     return Plan(cfg, manifest, jobs, prompts, skills, fields)
 
@@ -130,20 +135,20 @@ def _diff(stored: dict, new: dict) -> dict[str, tuple[Any, Any]]:
     return {k: (stored.get(k), new.get(k)) for k in sorted(set(stored) | set(new)) if stored.get(k) != new.get(k)}
 
 
-def _existing_state(wh: Warehouse, run_id: str) -> tuple[dict | None, set[str], dict[str, int]]:
-    """(stored fingerprint fields, completed episode ids, last attempt per episode) for a run."""
+def _existing_state(wh: Warehouse, run_id: str) -> tuple[dict | None, str | None, set[str], dict[str, int]]:
+    """(stored fingerprint fields, stored environment_version, completed episode ids, last attempt per episode)."""
     if not wh.exists():
-        return None, set(), {}
+        return None, None, set(), {}
     from .db import connect
 
     con = connect(wh.root)
-    row = con.execute("SELECT fingerprint_fields FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    row = con.execute("SELECT fingerprint_fields, environment_version FROM runs WHERE run_id = ?", [run_id]).fetchone()
     done = {r[0] for r in con.execute(
         "SELECT episode_id FROM episodes WHERE run_id = ? AND status = 'completed' AND done", [run_id]).fetchall()}
     attempts = dict(con.execute(
         "SELECT episode_id, max(attempt) FROM episode_attempts WHERE run_id = ? GROUP BY 1", [run_id]).fetchall())
     con.close()
-    return (json.loads(row[0]) if row else None), done, attempts
+    return (json.loads(row[0]) if row else None), (row[1] if row else None), done, attempts
 
 
 def _record_rows(experiment: str, load_id: str, attempt: int, rec: EpisodeRecord) -> dict[str, list[dict]]:
@@ -202,47 +207,92 @@ class _Committer:
                 return
 
 
-async def _run_async(p: Plan, writer: Writer, todo: list[EpisodeJob], attempts: dict[str, int], load_id: str,
-                     concurrency: int, result: RunResult, progress: Callable[[EpisodeRecord], None] | None) -> None:
+def make_model(cfg: Config, client: httpx.AsyncClient) -> ChatModel:
+    m = cfg.model
+    return ChatModel(client, m.name, temperature=m.sampling.temperature, top_p=m.sampling.top_p,
+                     max_tokens=m.sampling.max_tokens, extra_body=m.extra_body, max_retries=m.max_retries,
+                     backoff_base_s=m.retry_backoff_s, send_seed=m.send_seed, tool_choice=m.tool_choice)
+
+
+def model_identity(cfg: Config) -> dict:
+    """ShopSimRL's provenance.model shape (the key never appears: only the variable name is in runs.config)."""
+    m = cfg.model
+    return {"provider": "openai_compatible_http", "model": m.name, "base_url": m.base_url.rstrip("/"),
+            "checkpoint_id": m.checkpoint_id,
+            "transport": {"timeout_seconds": m.timeout_s, "max_retries": m.max_retries,
+                          "retry_backoff_seconds": m.retry_backoff_s},
+            "sampling": {"temperature": m.sampling.temperature, "max_tokens": m.sampling.max_tokens,
+                         "top_p": m.sampling.top_p, "send_seed": m.send_seed, "tool_choice": m.tool_choice,
+                         "extra_body": m.extra_body}}
+
+
+@dataclass
+class _Start:
+    """What run() decided before the first episode (filled inside the event loop, after GET /healthz)."""
+
+    stored: dict | None
+    stored_env_version: str | None
+    done: set[str]
+    attempts: dict[str, int]
+    allow_test: bool
+    on_start: Callable[[int, int], None] | None
+    result: RunResult | None = None
+
+
+async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concurrency: int,
+                     progress: Callable[[EpisodeRecord], None] | None) -> None:
     cfg = p.cfg
     model_client, env_client = make_clients(cfg)
-    committer = _Committer(writer, p, load_id, attempts)
-    commit_task = asyncio.create_task(committer.loop())
-    sem = asyncio.Semaphore(concurrency)
-    model = ChatModel(model_client, cfg.model.name, temperature=cfg.model.sampling.temperature,
-                      top_p=cfg.model.sampling.top_p, max_tokens=cfg.model.sampling.max_tokens,
-                      extra_body=cfg.model.extra_body, max_retries=cfg.model.max_retries)
-    env_cls = CanonicalEnvironment if cfg.environment.dialect == "canonical" else LegacyEnvironment
-    stop = asyncio.Event()
+    async with model_client, env_client:
+        health = await read_health(env_client, cfg.environment.dialect)
+        version = health.get("environment_version")
+        if start.stored is not None and start.stored_env_version != version:
+            raise ConfigError(
+                f"experiment {p.run_id!r} was run against environment_version {start.stored_env_version!r}, but the "
+                f"server now reports {version!r}; results would mix two environments. Use a new experiment.name "
+                "or point environment.url at the original server")
+        if start.stored is None:
+            await asyncio.to_thread(writer.commit, [("runs", p.run_id, to_arrow("runs", [
+                _runs_row(p, load_id, start.allow_test, health)]))])
+        todo = [j for j in p.jobs if j.episode_id not in start.done]
+        result = start.result = RunResult(p.run_id, len(p.jobs), len(p.jobs) - len(todo))
+        if start.on_start:
+            start.on_start(len(todo), result.skipped)
+        committer = _Committer(writer, p, load_id, start.attempts)
+        commit_task = asyncio.create_task(committer.loop())
+        sem = asyncio.Semaphore(concurrency)
+        model = make_model(cfg, model_client)
+        primary = health.get("primary_reward") or PRIMARY_REWARD[cfg.environment.dialect]
+        stop = asyncio.Event()
 
-    async def one(job: EpisodeJob) -> None:
-        async with sem:
-            if stop.is_set():
-                return
-            rt = AgentRuntime(model, env_cls(env_client, cfg.runtime.action_limit), p.prompts, p.skills, cfg.runtime.action_limit)
-            rec = await rt.run(job)
-            committer.add(rec)
-            result.attempted += 1
-            if rec.completed:
-                result.completed += 1
-            else:
-                result.failed += 1
-                if len(result.failures) < 20:
-                    result.failures.append(f"{job.episode_id}: {rec.failure['stage']}: {rec.failure['exception_type']}: "
-                                           f"{rec.failure['message'][:200]}")
-            if rec.fatal is not None and not stop.is_set():
-                result.fatal = str(rec.fatal)
-                stop.set()
-            if progress:
-                progress(rec)
+        async def one(job: EpisodeJob) -> None:
+            async with sem:
+                if stop.is_set():
+                    return
+                env = make_adapter(cfg.environment.dialect, env_client, cfg.environment.persona, cfg.environment.timeout_s)
+                rt = AgentRuntime(model, env, p.prompts, p.skills, cfg.runtime.max_steps, primary)
+                rec = await rt.run(job)
+                committer.add(rec)
+                result.attempted += 1
+                if rec.completed:
+                    result.completed += 1
+                else:
+                    result.failed += 1
+                    if len(result.failures) < 20:
+                        result.failures.append(f"{job.episode_id}: {rec.failure['stage']}: {rec.failure['exception_type']}: "
+                                               f"{rec.failure['message'][:200]}")
+                if rec.fatal is not None and not stop.is_set():
+                    result.fatal = str(rec.fatal)
+                    stop.set()
+                if progress:
+                    progress(rec)
 
-    try:
-        async with model_client, env_client:
+        try:
             await asyncio.gather(*(one(j) for j in todo))
-    finally:
-        committer.closed = True
-        committer.wake.set()
-        await commit_task
+        finally:
+            committer.closed = True
+            committer.wake.set()
+            await commit_task
 
 
 def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = None, allow_test: bool = False,
@@ -257,43 +307,55 @@ def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = Non
     load_id = f"{p.run_id}.{datetime.now(UTC):%Y%m%dT%H%M%S}.{uuid.uuid4().hex[:6]}"
     started = datetime.now(UTC)
     with wh.writer() as writer:
-        stored, done, attempts = _existing_state(wh, p.run_id)
+        stored, stored_env, done, attempts = _existing_state(wh, p.run_id)
         if stored is not None and stored != p.fingerprint_fields:
             raise FingerprintMismatch(p.run_id, _diff(stored, p.fingerprint_fields))
-        if stored is None:
-            writer.commit([("runs", p.run_id, to_arrow("runs", [_runs_row(p, load_id, allow_test)]))])
-        todo = [j for j in p.jobs if j.episode_id not in done]
-        result = RunResult(p.run_id, len(p.jobs), len(p.jobs) - len(todo))
-        if on_start:
-            on_start(len(todo), result.skipped)
+        start = _Start(stored, stored_env, done, attempts, allow_test, on_start)
         status = "interrupted"
         try:
-            asyncio.run(_run_async(p, writer, todo, attempts, load_id, concurrency or cfg.runtime.concurrency, result, progress))
+            asyncio.run(_run_async(p, writer, start, load_id, concurrency or cfg.runtime.concurrency, progress))
             status = "complete"
         finally:
-            writer.commit([("loads", p.run_id, to_arrow("loads", [{
-                "load_id": load_id, "command": "resume" if stored is not None else "run", "started_at": started,
-                "finished_at": datetime.now(UTC), "episodes_written": result.attempted, "status": status,
-                "tool_version": __version__}]))])
-            writer.compact(p.run_id)
+            result = start.result
+            if result is not None:  # the run started (health read, runs row written): record this load
+                writer.commit([("loads", p.run_id, to_arrow("loads", [{
+                    "load_id": load_id, "command": "resume" if stored is not None else "run", "started_at": started,
+                    "finished_at": datetime.now(UTC), "episodes_written": result.attempted, "status": status,
+                    "tool_version": __version__}]))])
+                writer.compact(p.run_id)
     result.seconds = time.perf_counter() - t0
     return result
 
 
-def _runs_row(p: Plan, load_id: str, allow_test: bool) -> dict:
+def _runs_row(p: Plan, load_id: str, allow_test: bool, health: dict) -> dict:
     cfg, f = p.cfg, p.fingerprint_fields
+    dialect = cfg.environment.dialect
+    env_identity = {"adapter": f"shopsim-wh-{dialect}", "base_url": cfg.environment.url.rstrip("/"),
+                    "persona": cfg.environment.persona, "interaction_mode": "single_turn",
+                    "environment_version": health.get("environment_version"),
+                    "observation_version": health.get("observation_version")}
+    provenance = {
+        "model": model_identity(cfg), "environment": env_identity, "environment_health": health,
+        "prompt": p.prompts.identity(),
+        "skills": {"provider": "none"} if f["skill_bank_hash"] is None else
+        {"provider": "skill_bank", "path": cfg.skills.path, "sha256": f["skill_bank_hash"], "mask_rate": cfg.skills.mask_rate},
+        "runtime": {"max_steps": cfg.runtime.max_steps, "action_protocol": ACTION_PROTOCOL},
+        "legacy_range_manifest": p.manifest.legacy_range,
+    }
     return {
         "experiment": cfg.experiment.name, "fingerprint": p.fingerprint, "fingerprint_fields": json.dumps(f, sort_keys=True),
         "config": config_json(cfg), "created_at": datetime.now(UTC), "source_format": SOURCE_FORMAT,
         "model_name": cfg.model.name, "checkpoint_id": cfg.model.checkpoint_id, "split": cfg.tasks.split,
         "split_manifest_version": f["split_manifest_version"], "split_manifest_hash": f["split_manifest_hash"],
         "prompt_version": f["prompt_version"], "prompt_hash": f["prompt_hash"], "skill_bank_hash": f["skill_bank_hash"],
-        "environment_mode": f["environment_mode"], "environment_dialect": cfg.environment.dialect,
-        "observation_fidelity": "canonical" if cfg.environment.dialect == "canonical" else "parsed_text",
-        "action_limit": cfg.runtime.action_limit, "planned_episodes": len(p.jobs), "allow_test": allow_test,
+        "environment_mode": f["environment_mode"], "environment_dialect": dialect,
+        "observation_fidelity": "canonical" if dialect == "shop_env" else "parsed_text",
+        "action_limit": cfg.runtime.max_steps, "planned_episodes": len(p.jobs), "allow_test": allow_test,
         "tool_version": __version__, "load_id": load_id,
-        "provenance": json.dumps({"legacy_range_manifest": p.manifest.legacy_range,
-                                  "model_base_url": cfg.model.base_url, "environment_url": cfg.environment.url}),
+        "primary_reward": health.get("primary_reward") or PRIMARY_REWARD[dialect],
+        "environment_version": health.get("environment_version"),
+        "observation_version": health.get("observation_version"),
+        "provenance": json.dumps(provenance, sort_keys=True, ensure_ascii=False),
     }
 
 

@@ -23,7 +23,8 @@ def test_every_column_and_config_key_is_documented():
             assert c.doc.strip(), f"{t.name}.{c.name} has no meaning"
     config = (docs.DOCS / "config.md").read_text()
     for key in ("experiment.name", "tasks.split_manifest", "model.api_key_env", "model.sampling.max_tokens",
-                "environment.dialect", "skills.path", "skills.mask_rate", "runtime.action_limit", "output.warehouse"):
+                "environment.dialect", "environment.persona", "model.send_seed", "model.tool_choice",
+                "model.retry_backoff_s", "skills.path", "skills.mask_rate", "runtime.max_steps", "output.warehouse"):
         assert f"`{key}`" in config
     assert Config.model_config["extra"] == "forbid"
 

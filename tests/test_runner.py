@@ -11,6 +11,7 @@ from shopsim_wh import runner
 from shopsim_wh.config import load_config
 from shopsim_wh.db import connect
 from shopsim_wh.errors import FingerprintMismatch, TestSplitGuard
+from shopsim_wh.sim.policy import FAILURE_KINDS
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.sim.tasks import generate_tasks
 
@@ -55,21 +56,35 @@ def test_demo_run_lands_every_table_consistently(tmp_path, warehouse):
     assert max(snap_files) == 1
 
 
-@pytest.mark.parametrize("kind,code", [("no_tool_call", "no_tool_call"), ("multiple_tool_calls", "multiple_tool_calls"),
-                                       ("malformed_arguments", "invalid_arguments"), ("unknown_tool", "unknown_tool")])
-def test_each_protocol_error_consumes_budget_and_is_recorded(tmp_path, warehouse, kind, code):
-    _run(tmp_path, warehouse, tasks={"sample_size": 2}, runtime={"action_limit": 3},
+# scripted failure kind -> the protocol code the runtime records (ShopSimRL's codes) and the message the model gets back.
+# The policy's second call is a click, which the search page does not offer: the check of each call's tool name
+# comes before the call count, so it is unavailable_tool (answered with one tool message per parsed call).
+@pytest.mark.parametrize("kind,code,feedback_role", [
+    ("no_tool_call", "tool_call_count", "user"), ("multiple_tool_calls", "unavailable_tool", "tool"),
+    ("malformed_arguments", "invalid_arguments_json", "user"), ("unknown_tool", "unavailable_tool", "tool")])
+def test_each_protocol_error_counts_as_a_turn_and_is_recorded(tmp_path, warehouse, kind, code, feedback_role):
+    _run(tmp_path, warehouse, tasks={"sample_size": 2}, runtime={"max_steps": 3},
          model={"extra_body": {"scripted_policy": {"failure_rates": {kind: 1.0}}}})
     con = connect(warehouse)
     eps = con.execute("select termination_reason, model_steps, protocol_errors, total_actions, reward, status from episodes").fetchall()
-    assert eps == [("protocol_budget", 3, 3, 0, 0.0, "completed")] * 2
+    assert eps == [("action_limit", 3, 3, 0, 0.0, "completed")] * 2
     steps = con.execute("select distinct protocol_error from steps").fetchall()
     assert steps == [(code,)]
     assert con.execute("select count(*) from steps where raw_response is null or protocol_feedback is null").fetchone()[0] == 0
     # the model was told what went wrong and retried on the same page
     assert con.execute("select count(distinct page) from steps").fetchone()[0] == 1
-    fb = con.execute("select count(*) from observations where observation_type = 'error'").fetchone()[0]
-    assert fb >= 6
+    fb = json.loads(con.execute("select protocol_feedback from steps limit 1").fetchone()[0])
+    assert fb["type"] == "tool_protocol_error" and fb["code"] == code and fb["available_tools"] == ["search"]
+    # every turn's feedback is the next message(s), as the role the rules give it, with the feedback JSON
+    roles = con.execute("""
+        select m.role, m.content from steps s join messages m using (run_id, episode_id, attempt, agent_id)
+        where m.msg_idx >= s.prompt_msg_count and m.role <> 'assistant'
+          and m.msg_idx < coalesce((select min(prompt_msg_count) from steps n where n.episode_id = s.episode_id
+                                    and n.step_idx > s.step_idx), 1000000)""").fetchall()
+    assert {r for r, _ in roles} == {feedback_role} and all(json.loads(c)["code"] == code for _, c in roles)
+    calls_per_turn = 2 if kind == "multiple_tool_calls" else 1
+    assert len(roles) == 2 * 3 * calls_per_turn
+    assert con.execute("select count(*) from observations where observation_type = 'error'").fetchone()[0] >= 6
 
 
 def test_out_of_enum_click_goes_to_the_environment(tmp_path, warehouse):
@@ -79,13 +94,14 @@ def test_out_of_enum_click_goes_to_the_environment(tmp_path, warehouse):
     # where click is offered, an out-of-enum value is a valid call judged by the environment ...
     env_judged = con.execute("""
         select count(*) from actions a join observations o using (run_id, episode_id, attempt, step_idx, call_id)
-        where a.action like 'click[%' and not a.action_valid and a.feedback_code = 'unknown_clickable'
+        where a.action like 'click[%' and not a.action_valid and a.feedback_code is not null
           and o.observation_type = 'environment' and o.is_error
     """).fetchone()[0]
     assert env_judged > 0
     assert con.execute("select sum(invalid_actions) from episodes").fetchone()[0] == env_judged
-    # ... while on the search page (no click tool) the same call is a protocol error
-    assert con.execute("select count(*) from steps where protocol_error = 'unknown_tool' and page <> 'search'").fetchone()[0] == 0
+    # ... while on a page without the click tool the same call is a protocol error
+    assert con.execute("""select count(*) from steps where protocol_error = 'unavailable_tool'
+                          and json_array_length(tool_schema_hashes) <> 1""").fetchone()[0] == 0
 
 
 def test_generation_length_is_a_policy_failure(tmp_path, warehouse):
@@ -96,13 +112,17 @@ def test_generation_length_is_a_policy_failure(tmp_path, warehouse):
         [("completed", "generation_length", 0.0, 1)] * 2
     assert con.execute("select distinct policy_failure from steps").fetchall() == [("generation_length",)]
     assert con.execute("select count(*) from failures").fetchone()[0] == 0
+    assert con.execute("select distinct action from actions").fetchall() == [("terminate[generation_length]",)]
 
 
-def test_action_limit_is_enforced_by_the_server(tmp_path, warehouse):
-    _run(tmp_path, warehouse, tasks={"sample_size": 3}, runtime={"action_limit": 2})
+def test_max_steps_ends_the_episode_with_action_limit(tmp_path, warehouse):
+    no_failures = {k: 0.0 for k in FAILURE_KINDS}
+    _run(tmp_path, warehouse, tasks={"sample_size": 3}, runtime={"max_steps": 2},
+         model={"extra_body": {"scripted_policy": {"failure_rates": no_failures}}})
     con = connect(warehouse)
-    rows = con.execute("select termination_reason, total_actions, reward from episodes").fetchall()
+    rows = con.execute("select termination_reason, model_steps, reward from episodes").fetchall()
     assert rows and all(r == ("action_limit", 2, 0.0) for r in rows)
+    assert con.execute("select distinct action_limit from runs").fetchall() == [(2,)]
 
 
 def test_fingerprint_change_is_refused_with_a_diff(tmp_path, warehouse):
@@ -144,7 +164,7 @@ def test_failures_are_recorded_leases_released_and_resume_retries_them(tmp_path,
         res = _run(tmp_path, warehouse, **sections)
         assert (res.completed, res.failed) == (0, 3)
         stats = httpx.get(env_url + "/v1/stats").json()
-        assert stats["active_leases"] == 0 and stats["leases_released"] == stats["leases_opened"] == 3
+        assert stats["active_leases"] == 0 and stats["releases"] == stats["resets"] == 3
         con = connect(warehouse)
         assert con.execute("select status, reward, error_stage from episodes").fetchall() == [("failed", None, "model")] * 3
         from shopsim_wh.summary import format_summary, summarize
