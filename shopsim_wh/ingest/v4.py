@@ -58,7 +58,6 @@ MSG_OPT = ("reasoning_content", "tool_calls", "tool_call_id", "name")
 SKILL_KEYS = frozenset({"skill_id", "content", "version", "metadata", "content_sha256"})
 ERROR_KEYS = frozenset({"stage", "type", "message", "traceback"})
 R_COLS = ("r_type", "r_att", "r_option", "r_price", "r_loose", "r_strict", "r_success")
-RUNTIME_ID = re.compile(r"task-(\d+)__sample-(\d+)")
 SLIME_ID = re.compile(r"train-group-(\d{9,})-sample-(\d{9,})(-full-skill-retry)?")
 
 _SNIFF_SCHEMA = key_re("schema_version", SCHEMA)
@@ -123,10 +122,11 @@ def validate(rec) -> tuple[str, int, int]:
     eid = rec.get("episode_id")
     if not isinstance(eid, str):
         raise _wrong(f"episode_id must be a string, got {type(eid).__name__}")
-    m = RUNTIME_ID.fullmatch(eid)
-    if m is not None:
-        if (int(m[1]), int(m[2])) != (task_id, sample_id):
-            raise _wrong(f"episode_id {eid[:60]!r} does not match job (task {task_id}, sample {sample_id})")
+    if eid.startswith("task-"):
+        want = f"task-{task_id:06d}__sample-{sample_id:03d}"
+        if eid != want:
+            raise _wrong(f"episode_id {eid[:60]!r} is not the runtime's task-NNNNNN__sample-NNN id of its job "
+                         f"({want!r}); fix the record's episode_id or job")
     else:
         m = SLIME_ID.fullmatch(eid)
         if m is None or int(m[2]) != sample_id:
