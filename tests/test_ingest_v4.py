@@ -418,3 +418,23 @@ def test_streamed_and_in_memory_line_splitting_agree(data, block):
         assert list(_io.iter_lines(io.BytesIO(data))) == list(_io.split_lines(data))
     finally:
         _io.READ_BLOCK = old
+
+
+def test_cli_ingest_and_dump_a_run_directory(tmp_path):
+    import subprocess
+    import sys
+    d = synth_v4.run_dir(tmp_path / "runs", "cli-run", n_tasks=3)
+    cli = [sys.executable, "-m", "shopsim_wh.cli.main"]
+    wh = str(tmp_path / "wh")
+    p = subprocess.run([*cli, "ingest", str(tmp_path / "runs"), "-w", wh], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "3 episode(s) landed" in p.stdout
+    rid = connect(wh).execute("select run_id from runs").fetchone()[0]
+    p = subprocess.run([*cli, "dump", "--run", rid, "--out", str(tmp_path / "out"), "-w", wh],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in (tmp_path / "out").iterdir()) == ["manifest.json", "summary.json", "traces.jsonl"]
+    assert len((tmp_path / "out" / "traces.jsonl").read_bytes().splitlines()) == len(
+        (d / "traces.jsonl").read_bytes().splitlines())
+    p = subprocess.run([*cli, "dump", "-w", wh], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "--run RUN_ID and --out DIR" in p.stdout + p.stderr
