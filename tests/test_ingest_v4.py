@@ -438,3 +438,32 @@ def test_cli_ingest_and_dump_a_run_directory(tmp_path):
         (d / "traces.jsonl").read_bytes().splitlines())
     p = subprocess.run([*cli, "dump", "-w", wh], capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "--run RUN_ID and --out DIR" in p.stdout + p.stderr
+
+
+def test_runner_episodes_dump_as_v4(tmp_path):
+    """Episodes the runner wrote (no source_extra) dump from the columns into records the store accepts, and the
+    dumped directory ingests back."""
+    import subprocess
+    import sys
+
+    from .helpers import write_config
+    cfg = write_config(tmp_path / "cfg.yaml")
+    wh = tmp_path / "wh"
+    p = subprocess.run([sys.executable, "-m", "shopsim_wh.cli.main", "run", str(cfg), "-w", str(wh)],
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    con = connect(wh)
+    rid = con.execute("select run_id from runs").fetchone()[0]
+    out = dump_run(wh, rid, tmp_path / "runs" / "t")
+    latest = store_latest(out / "traces.jsonl")
+    view = dict(con.execute("select task_id, status = 'completed' and done from episodes").fetchall())
+    assert {r["job"]["task_id"]: is_complete(r) for r in latest.values()} == view
+    for r in latest.values():
+        assert r["episode_id"] == f"task-{r['job']['task_id']:06d}__sample-{r['job']['sample_id']:03d}"
+        assert r["steps"] and all(s["step_index"] == k + 1 for k, s in enumerate(r["steps"]))
+        assert r["steps"][0]["observation"] == r["conversation"][1]["content"]
+    s = ingest([out], tmp_path / "wh2")
+    assert s.files[0].rejected == 0 and s.files[0].episodes == len(view)
+    b = connect(tmp_path / "wh2")
+    q = "select task_id, status, reward, model_steps, protocol_errors, total_actions from episodes order by 1"
+    assert b.execute(q).fetchall() == con.execute(q).fetchall()
