@@ -261,21 +261,44 @@ def test_attempts_torn_line_and_bad_records(tmp_path):
     legacy = {"schema": "shopsimrl-episode-v4", "episode_id": "task-3__sample-0", "job": {"task_id": 3, "sample_id": 0}}
     bad_id = rec(4)
     bad_id["episode_id"] = "task-4__sample-0"  # not the runtime's zero-padded id
+    broken = rec(2)
+    broken["steps"] = "oops"  # after a good attempt of task 2: the store would resume from this line
     body = b"".join(synth_v4.line(x) for x in (failed, other)) + orjson.dumps(legacy) + b"\n" + synth_v4.line(bad_id) \
-        + synth_v4.line(ok) + synth_v4.line(rec(5))[:-40]
+        + synth_v4.line(ok) + synth_v4.line(broken) + b"{not json\n" + synth_v4.line(rec(5))[:-40]
     f = tmp_path / "traces.jsonl"
     f.write_bytes(body)
     s = ingest([f], tmp_path / "wh")
-    assert (s.files[0].episodes, s.files[0].attempts, s.files[0].rejected) == (2, 3, 3)
+    assert (s.files[0].episodes, s.files[0].attempts, s.files[0].rejected) == (4, 6, 5)
     con = connect(tmp_path / "wh")
-    assert con.execute("select episode_id, attempt, status from episode_attempts order by 1, 2").fetchall() == [
-        ("task-000001__sample-000", 1, "failed"), ("task-000001__sample-000", 2, "completed"),
-        ("task-000002__sample-000", 1, "completed")]
+    assert con.execute("select episode_id, attempt, status, error_stage, error_type from episode_attempts "
+                       "order by 1, 2").fetchall() == [
+        ("task-000001__sample-000", 1, "failed", "environment_step_3", "ShopSimulatorError"),
+        ("task-000001__sample-000", 2, "completed", None, None),
+        ("task-000002__sample-000", 1, "completed", None, None),
+        ("task-000002__sample-000", 2, "failed", "ingest", "wrong_type"),
+        ("task-3__sample-0", 1, "failed", "ingest", "unknown_schema_version"),
+        ("task-4__sample-0", 1, "failed", "ingest", "wrong_type")]
     errs = con.execute("select line, error_class, message from ingest_errors order by line").fetchall()
-    assert [(e[0], e[1]) for e in errs] == [(3, "unknown_schema_version"), (4, "wrong_type"), (6, "torn_line")]
+    assert [(e[0], e[1]) for e in errs] == [(3, "unknown_schema_version"), (4, "wrong_type"), (6, "wrong_type"),
+                                            (7, "invalid_json"), (8, "torn_line")]
     assert "pre-0.9 guess" in errs[0][2] and "task-NNNNNN__sample-NNN" in errs[1][2]
+    # the episodes view's last attempt is the one the store resumes from (the last line Python's json parses)
+    latest = store_latest(f)
+    assert dict(con.execute("select episode_id, attempt from episodes").fetchall()) == {
+        k: sum(1 for raw in body.splitlines() if _eid(raw) == k) for k in latest}
     assert con.execute("select count(*) from steps where episode_id = 'task-000001__sample-000'").fetchone() == (
         len(ok["steps"]),)
+    fid = con.execute("select unit, records_total, converted, dropped from import_fidelity order by unit").fetchall()
+    assert fid == [("file", 2, 0, 2), ("task-000001__sample-000", 2, 2, 0), ("task-000002__sample-000", 2, 1, 1),
+                   ("task-3__sample-0", 1, 0, 1), ("task-4__sample-0", 1, 0, 1)]
+
+
+def _eid(raw: bytes):
+    try:
+        r = json.loads(raw)
+    except ValueError:
+        return None
+    return r.get("episode_id") if isinstance(r, dict) else None
 
 
 def test_python_json_lines_keep_duplicate_key_detection(tmp_path):
@@ -287,7 +310,7 @@ def test_python_json_lines_keep_duplicate_key_detection(tmp_path):
     ingest([tmp_path / "traces.jsonl"], tmp_path / "wh")
     con = connect(tmp_path / "wh")
     assert con.execute("select line, error_class from ingest_errors").fetchall() == [(2, "duplicate_key")]
-    assert con.execute("select count(*) from episodes").fetchone() == (1,)
+    assert con.execute("select count(*) from episodes where error_stage is null").fetchone() == (1,)
 
 
 def test_round_trip_atif_same_steps(tmp_path):

@@ -35,7 +35,7 @@ from pathlib import Path
 import orjson
 
 from ._io import base_suffix, iter_lines, open_binary
-from ._json import RecordError, parse_record
+from ._json import RecordError, cap, parse_record
 from ._rows import canonical, jdump, tool_schema_hash, tools_set_hash
 from .core import UnitContext
 from .registry import Reader, key_re, register
@@ -236,11 +236,16 @@ def _parse(ctx: UnitContext, st: _State, lines, offset_base: int = 0):
                           f"({e.error_class}): a torn write, not a record")
             else:
                 ctx.error(line_no, offset + (e.at or 0), e.error_class, e.message)
-            eid = _peek_episode(line)
-            if eid:
+            peek = _peek_store(line) if terminated else None
+            if peek is not None:
+                eid = peek[0]
                 st.fid.setdefault(eid, [0, 0, 0])
                 st.fid[eid][0] += 1
                 st.fid[eid][2] += 1
+                attempt = st.attempts.get(eid, 0) + 1
+                st.attempts[eid] = attempt
+                _emit_rejected(ctx, eid, attempt, peek[1], e)
+                ctx.attempts += 1
             else:
                 st.file_total += 1
                 st.file_dropped += 1
@@ -272,14 +277,36 @@ def _finish(ctx, any_line, attempts, fid, file_total, file_dropped, run_prov, go
     prov["private_goals_stripped"] = goals
 
 
-def _peek_episode(line: bytes) -> str | None:
+def _peek_store(line: bytes):
+    """``(episode_id, record)`` when the ShopSimRL store would take this line as its episode's latest (it parses
+    with Python's json - NaN and duplicate keys included - into an object with a string ``episode_id``)."""
+    import json
     try:
-        rec = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        rec = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if isinstance(rec, dict) and isinstance(rec.get("episode_id"), str):
-        return rec["episode_id"]
+        return rec["episode_id"], rec
     return None
+
+
+def _emit_rejected(ctx: UnitContext, eid: str, attempt: int, rec: dict, e: RecordError) -> None:
+    """A rejected line the store would still resume from: a ``failed`` attempt (error_stage ``ingest``) so that the
+    ``episodes`` view's final attempt is the store's (its content is not read; the ingest_errors row says why)."""
+    job = rec.get("job") if isinstance(rec.get("job"), dict) else {}
+
+    def i(v, bits=63):
+        return v if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**bits else None
+
+    key = {"episode_id": eid, "attempt": attempt}
+    msg = cap(f"the record was rejected ({e.error_class}: {e.message}); its line is in ingest_errors")
+    ctx.sink.add("failures", {**key, "stage": "ingest", "exception_type": e.error_class, "message": msg,
+                              "traceback": None, "occurred_at": None})
+    ctx.sink.add("episodes", {**key, **ctx.episode_common(), "task_id": i(job.get("task_id")),
+                              "sample_id": i(job.get("sample_id"), 31), "seed": i(job.get("seed")),
+                              "split": job.get("split") if isinstance(job.get("split"), str) else None,
+                              "status": "failed", "error_stage": "ingest", "error_type": e.error_class,
+                              "error_message": msg, "source_extra": canonical({"rejected": e.error_class}).decode()})
 
 
 def _sidecars(ctx: UnitContext) -> None:
