@@ -139,11 +139,24 @@ def parse_record(data: bytes, max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES, ch
         raise _classify(data, e) from None
     if check_exact:
         stripped = data.strip()
-        if len(orjson.dumps(obj)) != len(stripped) or has_long_digit_run(stripped):
+        if (len(orjson.dumps(obj)) != len(stripped) and not _same_as_python_dumps(obj, stripped)) \
+                or has_long_digit_run(stripped):
             obj = strict_python_parse(stripped)
     if len(data) > max_field_bytes:
         check_oversized(obj, max_field_bytes)
     return obj, bom
+
+
+def _same_as_python_dumps(obj, stripped: bytes) -> bool:
+    """True when ``stripped`` is exactly what Python's ``json.dumps(obj, ensure_ascii=False)`` writes (the ShopSimRL
+    store's lines: ``", "`` / ``": "`` separators), i.e. nothing was lost in parsing (no duplicate key)."""
+    if b'": ' not in stripped[:4096]:
+        return False
+    import json
+    try:
+        return json.dumps(obj, ensure_ascii=False).encode() == stripped
+    except (TypeError, ValueError):
+        return False
 
 
 def check_oversized(obj, limit: int) -> None:

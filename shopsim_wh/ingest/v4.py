@@ -1,66 +1,82 @@
-"""Reader for ``shopsimrl-episode-v4`` JSONL (the seed runtime's ``runs/<experiment>/traces.jsonl``).
+"""Reader for ``shopsimrl-episode-v4``: the ShopSimRL runtime's ``runs/<name>/traces.jsonl`` (and the slime
+training variant, also one pretty-printed record per ``.json`` file).
 
-One record per line; the same ``episode_id`` may appear several times (a failed attempt, then a
-retry): every valid record becomes an *attempt* numbered in file order, so the last valid record has
-the highest attempt and is the one the ``episodes`` view keeps. Rejected lines get no attempt
-number. A last line without newline that does not parse is a torn write (``torn_line``), not a
-record. ``manifest.json`` / ``summary.json`` beside the file go into ``runs.provenance``.
+The record (``shopsimrl/runtime.py``): ``schema_version``, ``episode_id`` (``task-{task:06d}__sample-{s:03d}``
+or ``train-group-{g:09d}-sample-{i:09d}[-full-skill-retry]``), ``status``, ``job``, ``provenance``, ``started_at``
+/ ``ended_at`` / ``duration_ms``, ``reset``, ``selected_skills``, ``conversation``, ``steps``, ``final``,
+``error``. Where each part lands (docs/ingest.md has the table):
 
-Privacy: the private goal is read only from ``final.goal`` and only to compute
-``episodes.right_product``; it is never stored. A goal found inside ``reset`` (or in an
-``observation_state``, or inside ``final.reward_detail``) is stripped and counted in
-``runs.provenance.ingest.private_goals_stripped``.
+* ``reset`` -> ``episodes.reset_payload`` (instruction / persona also as columns); ``conversation`` -> ``messages``;
+  ``selected_skills`` -> ``skills_selected``; ``error`` -> ``failures``; ``provenance`` -> ``runs`` (the first
+  record's; a record whose provenance differs keeps its own in ``source_extra``).
+* a step (``step_index`` is 1-based, warehouse ``step_idx = step_index - 1``) -> ``steps`` (model output: content,
+  reasoning, finish_reason, usage, response_id, latency, protocol error / feedback, policy failure, raw
+  response; ``metadata`` = {usage, metadata, model_extra}), one ``actions`` row per ``model.tool_calls`` entry
+  (``arguments`` = ``raw_arguments``), its tools in ``tools`` (deduplicated) and the environment's answer in
+  ``observations`` (text, observation_state, page, reward, done; the rest of the answer in ``payload``).
+* ``final``: the last step's answer when the episode ended on it; otherwise (``terminate`` after a length failure
+  or the step budget) a ``terminate`` action plus an observation of type ``terminal`` holding the answer.
+  Outcome columns: reward, ``r_*`` from ``reward_detail`` (``reward_derived`` false), purchase, termination.
 
-Fields the tables cannot hold (unknown keys, a record's provenance when it differs from the run's,
-the reset observation text) go into ``episodes.source_extra`` of the attempt (JSON, sorted keys; NULL
-when there is nothing), so that ``dump_episode(..., "shopsimrl-v4")`` re-emits the record.
+Privacy: every ``goal`` / private-goal field (``final.goal``, the step answers' ``goal``, any in ``reset``) is
+dropped before anything is stored; it is read only to compute ``episodes.right_product``.
+
+Attempts: the same ``episode_id`` on several lines = attempts 1, 2, ... in file order; the ``episodes`` view keeps
+the highest, i.e. the last line that parses (the original store's resume rule). Whatever no column holds goes
+into ``episodes.source_extra`` (sorted-key JSON, NULL when nothing), so ``dump`` re-emits the record.
 """
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from pathlib import Path
 
 import orjson
 
-from ._io import iter_lines, open_binary
+from ._io import base_suffix, iter_lines, open_binary
 from ._json import RecordError, parse_record
 from ._rows import canonical, jdump, tool_schema_hash, tools_set_hash
 from .core import UnitContext
 from .registry import Reader, key_re, register
 
 SCHEMA = "shopsimrl-episode-v4"
-GOAL_KEYS = ("goal", "private_goal")
-TOP_KEYS = {"schema", "episode_id", "job", "status", "provenance", "reset", "selected_skills", "conversation",
-            "steps", "final", "error", "started_at", "finished_at", "duration_s"}
-RESET_KEYS = {"instruction", "persona", "observation", "observation_state"}
-FINAL_KEYS = {"reward", "reward_detail", "purchase", "goal", "termination_reason", "done"}
-STEP_KEYS = {"step", "observation_state", "tools", "thinking", "content", "tool_call", "action", "finish_reason",
-             "response_id", "model", "seed", "usage", "latency_ms", "started_at", "environment", "action_feedback",
-             "protocol_error", "protocol_feedback", "policy_failure", "raw_response"}
-ENV_KEYS = {"observation", "observation_state", "reward", "done"}
-USAGE_KEYS = {"prompt_tokens", "completion_tokens"}
-FB_KEYS = {"valid", "code", "message"}
-TC_KEYS = {"id", "name", "arguments"}
-MSG_KEYS = {"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"}
-SKILL_KEYS = {"id", "version", "scope", "content", "content_hash", "metadata"}
-ERROR_KEYS = {"stage", "type", "message", "traceback"}
-R_KEYS = ("r_type", "r_att", "r_option", "r_price")
+TOP_ORDER = ("schema_version", "episode_id", "status", "job", "provenance", "started_at", "ended_at", "duration_ms",
+             "reset", "selected_skills", "conversation", "steps", "final", "error")
+TOP_KEYS = frozenset(TOP_ORDER)
+GOAL_KEYS = ("goal", "private_goal", "private_task_instruction", "goal_options", "reason_key")
+STEP_BASE = frozenset({"step_index", "observation", "tools", "model", "action", "environment"})
+STEP_PE = STEP_BASE | {"protocol_error", "protocol_feedback"}
+STEP_PF = STEP_BASE | {"policy_failure"}
+STEP_ALL = STEP_PE | STEP_PF
+MODEL_KEYS = ("content", "reasoning", "tool_calls", "finish_reason", "usage", "response_id", "metadata", "latency_ms",
+              "protocol_error", "policy_failure", "raw_response")
+MODEL_SET = frozenset(MODEL_KEYS)
+CALL_KEYS = frozenset({"call_id", "name", "arguments", "raw_arguments"})
+MSG_COLS = frozenset({"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"})
+MSG_OPT = ("reasoning_content", "tool_calls", "tool_call_id", "name")
+SKILL_KEYS = frozenset({"skill_id", "content", "version", "metadata", "content_sha256"})
+ERROR_KEYS = frozenset({"stage", "type", "message", "traceback"})
+R_COLS = ("r_type", "r_att", "r_option", "r_price", "r_loose", "r_strict", "r_success")
+RUNTIME_ID = re.compile(r"task-(\d+)__sample-(\d+)")
+SLIME_ID = re.compile(r"train-group-(\d{9,})-sample-(\d{9,})(-full-skill-retry)?")
 
-_SNIFF_SCHEMA = key_re("schema", SCHEMA)
-_SNIFF_JOB = key_re("job")
-_SNIFF_STEPS = key_re("steps")
+_SNIFF_SCHEMA = key_re("schema_version", SCHEMA)
 
 
 def sniff(head: bytes, path: Path) -> int:
-    if _SNIFF_SCHEMA.search(head):
-        return 100
-    if _SNIFF_JOB.search(head) and _SNIFF_STEPS.search(head) and b'"conversation"' in head:
-        return 60
-    return 0
+    return 100 if _SNIFF_SCHEMA.search(head) else 0
+
+
+def companions(path: Path) -> list[Path]:
+    """``manifest.json`` / ``summary.json`` beside a ``traces.jsonl``: part of the unit (hashed with it)."""
+    if not path.name.startswith("traces."):
+        return []
+    return [p for p in (path.parent / "manifest.json", path.parent / "summary.json") if p.is_file()]
 
 
 def _jb(obj) -> bytes | None:
-    """JSON column value as UTF-8 bytes (the hot path skips jdump's decode: Arrow takes bytes as they are)."""
+    """JSON column value as UTF-8 bytes (Arrow takes bytes as they are: no decode on the hot path)."""
     return None if obj is None else orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
 
 
@@ -68,89 +84,87 @@ def _wrong(msg: str) -> RecordError:
     return RecordError("wrong_type", msg)
 
 
-def _dict(v, what: str, optional: bool = True) -> dict:
-    if v is None and optional:
-        return {}
-    if not isinstance(v, dict):
-        raise _wrong(f"{what} must be an object, got {type(v).__name__}")
+def _opt(v, types, what: str):
+    if v is not None and (not isinstance(v, types) or isinstance(v, bool) and bool not in types):
+        raise _wrong(f"{what} must be {_tname(types)} or null, got {type(v).__name__} {str(v)[:40]!r}")
     return v
 
 
-def _list(v, what: str) -> list:
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        raise _wrong(f"{what} must be a list, got {type(v).__name__}")
-    return v
+def _tname(types) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+    return " or ".join(names.get(t, t.__name__) for t in (types if isinstance(types, tuple) else (types,)))
 
 
-def _int(v, what: str, optional: bool = False):
-    if v is None and optional:
-        return None
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise _wrong(f"{what} must be an integer, got {type(v).__name__} {str(v)[:40]!r}")
-    return v
-
-
-def _num(v, what: str):
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _wrong(f"{what} must be a number, got {type(v).__name__} {str(v)[:40]!r}")
-    return float(v)
-
-
-def _str(v, what: str):
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise _wrong(f"{what} must be a string, got {type(v).__name__}")
-    return v
-
-
-def _strip_goal(d, counter: list) -> dict | None:
-    if not isinstance(d, dict):
-        return d
-    if any(k in d for k in GOAL_KEYS):
-        counter[0] += 1
-        return {k: v for k, v in d.items() if k not in GOAL_KEYS}
-    return d
+NUM = (int, float)
 
 
 def validate(rec) -> tuple[str, int, int]:
-    """Schema and type checks that must pass before any row is written. Returns the episode key."""
+    """Schema and type checks that must pass before any row is written. Returns (episode_id, task, sample)."""
     if not isinstance(rec, dict):
         raise _wrong(f"a record must be a JSON object, got {type(rec).__name__}")
-    schema = rec.get("schema")
+    schema = rec.get("schema_version")
     if schema != SCHEMA:
-        raise RecordError("unknown_schema_version", f"schema {str(schema)[:60]!r} is not {SCHEMA!r}; "
+        hint = (" (a top-level 'schema' key is shopsim-wh's pre-0.9 guess of this format, no longer read: "
+                "re-export it with the real runtime or `shopsim-wh dump --format shopsimrl-v4`)") if "schema" in rec else ""
+        raise RecordError("unknown_schema_version", f"schema_version {str(schema)[:60]!r} is not {SCHEMA!r}{hint}; "
                           "convert it or pass the right --format")
-    job = _dict(rec.get("job"), "job", optional=False)
-    task_id = _int(job.get("task_id"), "job.task_id")
-    sample_id = _int(job.get("sample_id"), "job.sample_id")
-    _int(job.get("seed"), "job.seed", optional=True)
+    job = rec.get("job")
+    if not isinstance(job, dict):
+        raise _wrong(f"job must be an object, got {type(job).__name__}")
+    task_id, sample_id = job.get("task_id"), job.get("sample_id")
+    for k, v in (("job.task_id", task_id), ("job.sample_id", sample_id)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise _wrong(f"{k} must be an integer, got {type(v).__name__} {str(v)[:40]!r}")
+    _opt(job.get("seed"), int, "job.seed")
+    _opt(job.get("split"), str, "job.split")
     status = rec.get("status")
     if status not in ("completed", "failed"):
         raise _wrong(f"status must be 'completed' or 'failed', got {str(status)[:40]!r}")
     eid = rec.get("episode_id")
-    want = f"task-{task_id}__sample-{sample_id}"
-    if eid is not None and eid != want:
-        raise _wrong(f"episode_id {str(eid)[:60]!r} does not match job ({want!r})")
+    if not isinstance(eid, str):
+        raise _wrong(f"episode_id must be a string, got {type(eid).__name__}")
+    m = RUNTIME_ID.fullmatch(eid)
+    if m is not None:
+        if (int(m[1]), int(m[2])) != (task_id, sample_id):
+            raise _wrong(f"episode_id {eid[:60]!r} does not match job (task {task_id}, sample {sample_id})")
+    else:
+        m = SLIME_ID.fullmatch(eid)
+        if m is None or int(m[2]) != sample_id:
+            raise _wrong(f"episode_id {eid[:60]!r} is neither task-NNNNNN__sample-NNN nor "
+                         f"train-group-G-sample-I matching job.sample_id {sample_id}")
     for k in ("provenance", "reset", "final", "error"):
-        _dict(rec.get(k), k)
+        _opt(rec.get(k), dict, k)
+    for k in ("started_at", "ended_at"):
+        _opt(rec.get(k), str, k)
+    _opt(rec.get("duration_ms"), NUM, "duration_ms")
     for k in ("conversation", "steps", "selected_skills"):
-        for i, item in enumerate(_list(rec.get(k), k)):
-            _dict(item, f"{k}[{i}]", optional=False)
-    for i, s in enumerate(rec.get("steps") or []):
-        _dict(s.get("usage"), f"steps[{i}].usage")
-        _dict(s.get("environment"), f"steps[{i}].environment")
-        _dict(s.get("tool_call"), f"steps[{i}].tool_call")
-        _dict(s.get("action_feedback"), f"steps[{i}].action_feedback")
-        _list(s.get("tools"), f"steps[{i}].tools")
-        _str(s.get("thinking"), f"steps[{i}].thinking")
+        items = _opt(rec.get(k), list, k) or ()
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise _wrong(f"{k}[{i}] must be an object, got {type(item).__name__}")
+    for i, s in enumerate(rec.get("steps") or ()):
+        model = _opt(s.get("model"), dict, f"steps[{i}].model") or {}
+        _opt(s.get("environment"), dict, f"steps[{i}].environment")
+        _opt(s.get("tools"), list, f"steps[{i}].tools")
+        _opt(s.get("action"), str, f"steps[{i}].action")
+        _opt(s.get("observation"), str, f"steps[{i}].observation")
+        for k in ("content", "reasoning", "finish_reason", "response_id"):
+            _opt(model.get(k), str, f"steps[{i}].model.{k}")
+        _opt(model.get("usage"), dict, f"steps[{i}].model.usage")
+        _opt(model.get("latency_ms"), NUM, f"steps[{i}].model.latency_ms")
+        for k in ("protocol_error", "policy_failure"):
+            _opt(s.get(k), dict, f"steps[{i}].{k}")
+        for j, c in enumerate(_opt(model.get("tool_calls"), list, f"steps[{i}].model.tool_calls") or ()):
+            if not isinstance(c, dict):
+                raise _wrong(f"steps[{i}].model.tool_calls[{j}] must be an object")
+        env = s.get("environment")
+        if env is not None:
+            _opt(env.get("observation"), str, f"steps[{i}].environment.observation")
+            _opt(env.get("reward"), NUM, f"steps[{i}].environment.reward")
     final = rec.get("final") or {}
-    _num(final.get("reward"), "final.reward")
-    return want, task_id, sample_id
+    _opt(final.get("reward"), NUM, "final.reward")
+    _opt(final.get("reward_detail"), dict, "final.reward_detail")
+    return eid, task_id, sample_id
 
 
 class _State:
@@ -160,6 +174,8 @@ class _State:
         self.file_total = 0
         self.file_dropped = 0
         self.run_prov = None
+        self.have_prov = False
+        self.need_fields = True
         self.goals = [0]
         self.tool_hash_cache: dict[bytes, tuple] = {}
         self.any_line = False
@@ -170,8 +186,8 @@ PIPELINE_MIN_BYTES = 64 * 1024 * 1024
 
 
 def read(ctx: UnitContext):
-    """Serial for small or compressed files; large ones are parsed by worker processes in chunks."""
-    if ctx.parallel and not ctx.path.name.endswith((".gz", ".zst", ".zstd")) \
+    """Serial for small, compressed or ``.json`` files; large JSONL is parsed by worker processes in chunks."""
+    if ctx.parallel and not ctx.path.name.endswith((".gz", ".zst", ".zstd")) and base_suffix(ctx.path) != ".json" \
             and ctx.path.stat().st_size >= PIPELINE_MIN_BYTES:
         from ._v4_parallel import read_parallel
         yield from read_parallel(ctx)
@@ -190,7 +206,14 @@ def read_serial(ctx: UnitContext):
     st = _new_state(ctx)
     _sidecars(ctx)
     with open_binary(ctx.path) as f:
-        yield from _parse(ctx, st, iter_lines(f, ctx.on_bytes))
+        if base_suffix(ctx.path) == ".json":  # slime: one (indented) record per file
+            data = f.read()
+            if ctx.on_bytes:
+                ctx.on_bytes(len(data))
+            lines = [(1, 0, data, True)] if data.strip() else []
+        else:
+            lines = iter_lines(f, ctx.on_bytes)
+        yield from _parse(ctx, st, lines)
     _finish(ctx, st.any_line, st.attempts, st.fid, st.file_total, st.file_dropped, st.run_prov, st.goals[0])
     yield
 
@@ -254,264 +277,398 @@ def _peek_episode(line: bytes) -> str | None:
         rec = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    if isinstance(rec, dict):
-        eid = rec.get("episode_id")
-        if isinstance(eid, str):
-            return eid
-        job = rec.get("job")
-        if isinstance(job, dict) and isinstance(job.get("task_id"), int) and isinstance(job.get("sample_id"), int):
-            return f"task-{job['task_id']}__sample-{job['sample_id']}"
+    if isinstance(rec, dict) and isinstance(rec.get("episode_id"), str):
+        return rec["episode_id"]
     return None
 
 
 def _sidecars(ctx: UnitContext) -> None:
-    for name in ("manifest", "summary"):
-        p = ctx.path.parent / f"{name}.json"
-        if p.is_file():
-            try:
-                ctx.provenance[name] = orjson.loads(p.read_bytes())
-            except (orjson.JSONDecodeError, OSError) as e:
-                ctx.error(None, None, "invalid_json", f"{p.name}: {e}", source_file=str(p), rejected=False)
+    """manifest.json / summary.json -> runs.provenance; the plan's job count -> planned_episodes."""
+    for p in ctx.companions:
+        name = p.name.split(".")[0]
+        try:
+            ctx.provenance[name] = orjson.loads(p.read_bytes())
+        except (orjson.JSONDecodeError, OSError) as e:
+            ctx.error(None, None, "invalid_json", f"{p.name}: {e}; the run's traces still land, its {name} does not",
+                      source_file=str(p), rejected=False)
     man = ctx.provenance.get("manifest")
-    if isinstance(man, dict):
-        exp = man.get("experiment")
-        name = exp.get("name") if isinstance(exp, dict) else exp
-        if isinstance(name, str) and ctx.experiment == ctx.source_format:
+    plan = man.get("plan") if isinstance(man, dict) else None
+    name = plan.get("experiment") if isinstance(plan, dict) else None
+    if ctx.experiment == ctx.source_format:  # no --source: the run's own name
+        if isinstance(name, str) and name:
             ctx.experiment = name
+        elif ctx.path.name.startswith("traces."):
+            ctx.experiment = ctx.path.parent.name
+    if isinstance(plan, dict) and isinstance(plan.get("jobs"), list):
+        ctx.run_fields["planned_episodes"] = len(plan["jobs"])
 
 
-def _run_fields(ctx: UnitContext, prov: dict, job: dict) -> None:
-    model = prov.get("model")
-    env = prov.get("environment") if isinstance(prov.get("environment"), dict) else {}
+def _run_fields(ctx: UnitContext, st: _State, prov: dict, job: dict) -> None:
+    """runs columns from a record's provenance; later records fill what earlier ones lacked (a reset failure
+    has no environment version)."""
     rf = ctx.run_fields
-    if isinstance(model, dict):
-        rf["model_name"] = model.get("name")
-        rf["checkpoint_id"] = model.get("checkpoint_id")
-    elif isinstance(model, str):
-        rf["model_name"] = model
-    rf["prompt_hash"] = prov.get("prompt_hash")
-    rf["prompt_version"] = prov.get("prompt_version")
-    rf["skill_bank_hash"] = prov.get("skill_bank_hash")
-    rf["environment_mode"] = env.get("mode")
-    rf["environment_dialect"] = env.get("dialect")
-    lim = prov.get("action_limit")
-    rf["action_limit"] = lim if isinstance(lim, int) else None
-    rf["split"] = job.get("split")
+
+    def put(k, v):
+        if v is not None and rf.get(k) is None:
+            rf[k] = v
+
+    model = prov.get("model") if isinstance(prov.get("model"), dict) else {}
+    env = prov.get("environment") if isinstance(prov.get("environment"), dict) else {}
+    prompt = prov.get("prompt") if isinstance(prov.get("prompt"), dict) else {}
+    skills = prov.get("skills") if isinstance(prov.get("skills"), dict) else {}
+    runtime = prov.get("runtime") if isinstance(prov.get("runtime"), dict) else {}
+    put("model_name", model.get("model"))
+    put("checkpoint_id", model.get("checkpoint_id"))
+    put("prompt_version", prompt.get("prompt_version"))
+    put("prompt_hash", prompt.get("system_prompt_sha256"))
+    put("skill_bank_hash", skills.get("sha256") or skills.get("curriculum_state_id"))
+    put("environment_mode", env.get("base_url"))
+    if env.get("adapter") == "shopsimulator_http":
+        put("environment_dialect", "canonical")
+        put("observation_fidelity", "canonical")
+        put("primary_reward", "r_strict")  # shop_env: the top-level reward is r_strict (its healthz says so)
+    put("environment_version", env.get("environment_version"))
+    put("observation_version", env.get("observation_version"))
+    lim = runtime.get("max_steps")
+    put("action_limit", lim if isinstance(lim, int) and not isinstance(lim, bool) else None)
+    put("split", job.get("split"))
+    st.need_fields = rf.get("environment_version") is None or rf.get("model_name") is None and "model" in prov
+
+
+def _strip(d, counter: list):
+    """``d`` without private-goal keys (counted when one was there)."""
+    if isinstance(d, dict) and any(k in d for k in GOAL_KEYS):
+        counter[0] += 1
+        return {k: v for k, v in d.items() if k not in GOAL_KEYS}
+    return d
+
+
+def _ts(v: str | None, key: str, residual: dict):
+    if v is None:
+        return None
+    try:
+        d = datetime.fromisoformat(v[:-1] + "+00:00" if v.endswith("Z") else v)
+    except ValueError:
+        residual.setdefault("ts", {})[key] = v
+        return None
+    if d.tzinfo is None or d.isoformat() != v:
+        residual.setdefault("ts", {})[key] = v  # the dump writes isoformat(): keep the original spelling
+    return d
+
+
+def _right_product(goal, asin, detail: dict):
+    if isinstance(goal, dict) and goal.get("asin") is not None:
+        return asin is not None and str(asin).casefold() == str(goal["asin"]).casefold()
+    m = detail.get("target_asin_match")
+    return m if isinstance(m, bool) else None
 
 
 def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_id: int, sample_id: int) -> None:
     add = ctx.sink.add
-    key = {"episode_id": eid, "attempt": attempt}
-    mkey = {"episode_id": eid, "attempt": attempt, "agent_id": "main"}
     residual: dict = {}
-    extra = rec.keys() - TOP_KEYS
-    if extra:
-        residual["extra"] = {k: rec[k] for k in extra}
+    key = {"episode_id": eid, "attempt": attempt}
+    if not rec.keys() <= TOP_KEYS:
+        residual["extra"] = {k: rec[k] for k in rec.keys() - TOP_KEYS}
+    if len(rec) != len(TOP_KEYS) or "extra" in residual:
+        absent = [k for k in TOP_ORDER if k not in rec]
+        if absent:
+            residual["absent"] = absent
     job = rec["job"]
-    if set(job) - {"task_id", "sample_id", "seed", "split"}:
-        residual["job"] = {k: v for k, v in job.items() if k not in ("task_id", "sample_id", "seed", "split")}
-    prov = rec.get("provenance") or {}
-    if st.run_prov is None:
-        st.run_prov = prov
-        _run_fields(ctx, prov, job)
+    if len(job) != 4 or not job.keys() <= {"task_id", "sample_id", "seed", "split"}:
+        residual["job"] = job
+    prov = rec.get("provenance")
+    if not st.have_prov:
+        st.have_prov, st.run_prov = True, prov
     if prov is not st.run_prov and prov != st.run_prov:
         residual["provenance"] = prov
     elif st.plain is not None:
         st.plain.append(f"{eid}#{attempt}")
-    reset = _strip_goal(rec.get("reset") or {}, st.goals)
-    if set(reset) - RESET_KEYS:
-        residual["reset_extra"] = {k: v for k, v in reset.items() if k not in RESET_KEYS}
-    final = rec.get("final") or {}
-    goal = final.get("goal") if isinstance(final.get("goal"), dict) else None
-    if set(final) - FINAL_KEYS:
-        residual["final_extra"] = {k: v for k, v in final.items() if k not in FINAL_KEYS}
-    if "final" not in rec:
-        residual["no_final"] = True
-    elif rec["final"] is None:
-        residual["final_null"] = True
+    if st.need_fields and isinstance(prov, dict):
+        _run_fields(ctx, st, prov, job)
+    model_prov = prov.get("model") if isinstance(prov, dict) and isinstance(prov.get("model"), dict) else {}
+    model_name = model_prov.get("model")
+    sampling = model_prov.get("sampling") if isinstance(model_prov.get("sampling"), dict) else {}
+    seed = job.get("seed")
+    send_seed = sampling.get("send_seed") is True and isinstance(seed, int)
+
+    reset = _strip(rec.get("reset"), st.goals)
+    reset_d = reset or {}
     conv = rec.get("conversation") or []
     steps = rec.get("steps") or []
-    err = rec.get("error") or {}
+    final = rec.get("final")
+    goal = final.get("goal") if isinstance(final, dict) else None
+    final = _strip(final, st.goals)
+    err = rec.get("error")
 
     # messages (hot path: tuples in the table's column order)
-    assistant_at = []
     msg_rows = st.t_messages
     for i, m in enumerate(conv):
         get = m.get
-        role = get("role")
-        if role == "assistant":
-            assistant_at.append(i)
-        tc = get("tool_calls")
         content = get("content")
-        msg_rows.append((eid, attempt, "main", i, role,
+        tc = get("tool_calls")
+        odd = not m.keys() <= MSG_COLS or "content" not in m or "role" not in m \
+            or any(k in m and m[k] is None for k in MSG_OPT) or not (content is None or isinstance(content, str)) \
+            or not (tc is None or isinstance(tc, list))
+        if odd:
+            residual.setdefault("messages", {})[str(i)] = m  # verbatim: the dump takes it as it was
+        msg_rows.append((eid, attempt, "main", i, get("role") if isinstance(get("role"), str) else None,
                          content if isinstance(content, str) or content is None else jdump(content),
-                         get("reasoning_content"), None if tc is None else _jb(tc), get("tool_call_id"), get("name")))
-        mx = () if m.keys() <= MSG_KEYS else m.keys() - MSG_KEYS
-        if mx or (content is not None and not isinstance(content, str)):
-            residual.setdefault("messages", {})[str(i)] = {k: m[k] for k in mx} | (
-                {"content_json": True} if content is not None and not isinstance(content, str) else {})
-    # reset observation text: a reference into the user message that carries it, else kept verbatim
-    obs0 = reset.get("observation")
-    if obs0 is not None:
-        ref = None
-        for i, m in enumerate(conv[:4]):
-            c = m.get("content")
-            if m.get("role") == "user" and isinstance(c, str):
-                pos = c.find(obs0) if isinstance(obs0, str) else -1
-                if pos >= 0:
-                    ref = [i, pos, len(obs0)]
-                    break
-        residual["reset_obs"] = ref if ref is not None else {"text": obs0}
-    if "observation_state" in reset and (not steps or steps[0].get("observation_state") != reset["observation_state"]):
-        residual["reset_state"] = reset["observation_state"]
+                         get("reasoning_content") if isinstance(get("reasoning_content"), str) else None,
+                         None if tc is None else _jb(tc), get("tool_call_id") if isinstance(get("tool_call_id"), str) else None,
+                         get("name") if isinstance(get("name"), str) else None))
 
     # steps, actions, observations, tools
     tools_seen: set[str] = set()
     n_proto = n_actions = n_invalid = 0
     tin = tout = None
     cache = st.tool_hash_cache
+    state = reset_d.get("observation_state")
+    state_b = _jb(state)
+    expect_obs = conv[1].get("content") if len(conv) > 1 and conv[1].get("role") == "user" else None
+    n_msgs = 2 if len(conv) >= 2 else len(conv)
+    last_env = None
+    t_steps, t_actions, t_obs, t_tools = st.t_steps, st.t_actions, st.t_obs, st.t_tools
     for i, s in enumerate(steps):
-        sx = () if s.keys() <= STEP_KEYS else s.keys() - STEP_KEYS
-        if sx:
-            residual.setdefault("steps", {})[str(i)] = {k: s[k] for k in sx}
-        if s.get("step", i) != i:
-            residual.setdefault("step_numbers", {})[str(i)] = s.get("step")
-        state = _strip_goal(s.get("observation_state"), st.goals)
-        usage = s.get("usage") or {}
+        si = str(i)
+        sg = s.get
+        pe, pf = sg("protocol_error"), sg("policy_failure")
+        want = STEP_PE if pe is not None else STEP_PF if pf is not None else STEP_BASE
+        if s.keys() != want:
+            residual.setdefault("step_keys", {})[si] = sorted(s.keys())
+            if not s.keys() <= STEP_ALL:
+                residual.setdefault("step_extra", {})[si] = {k: s[k] for k in s.keys() - STEP_ALL}
+        if sg("step_index") != i + 1:
+            residual.setdefault("step_index", {})[si] = sg("step_index")
+        obs_text = sg("observation")
+        if obs_text != expect_obs:
+            residual.setdefault("observation", {})[si] = obs_text
+        model = sg("model")
+        if model is None:
+            residual.setdefault("model_null", []).append(i)
+            model = {}
+        mk = model.keys()
+        if mk != MODEL_SET:
+            residual.setdefault("model_keys", {})[si] = list(mk)
+        meta = {}
+        if "usage" in model:
+            meta["usage"] = model["usage"]
+        if "metadata" in model:
+            meta["metadata"] = model["metadata"]
+        if not mk <= MODEL_SET:
+            meta["model_extra"] = {k: model[k] for k in mk - MODEL_SET}
+        usage = model.get("usage") or {}
         pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if not usage.keys() <= USAGE_KEYS:
-            residual.setdefault("usage", {})[str(i)] = {k: v for k, v in usage.items()
-                                                         if k not in ("prompt_tokens", "completion_tokens")}
-        if pt is not None:
+        if isinstance(pt, int):
             tin = (tin or 0) + pt
-        if ct is not None:
+        else:
+            pt = None
+        if isinstance(ct, int):
             tout = (tout or 0) + ct
-        tl = s.get("tools")
+        else:
+            ct = None
+        # tools: one cache entry per offered list (runtimes repeat the same lists): hashes, rows, set hash
+        tl = sg("tools")
         set_hash = hashes_json = None
         if tl is not None:
-            # one cache entry per offered tool list (runtimes repeat the same lists): hashes, rows, set hash
             raw = orjson.dumps(tl)
             hit = cache.get(raw)
             if hit is None:
-                rows = []
+                rows, plain = [], True
                 for t in tl:
-                    fn = t.get("function") if isinstance(t, dict) and isinstance(t.get("function"), dict) else t
+                    fn = t.get("function") if isinstance(t, dict) and isinstance(t.get("function"), dict) else {}
+                    if not (isinstance(t, dict) and t.keys() == {"type", "function"} and t["type"] == "function"
+                            and fn.keys() == {"name", "description", "parameters"}):
+                        plain = False
                     name, desc, params = fn.get("name"), fn.get("description"), fn.get("parameters")
                     rows.append((tool_schema_hash(name, desc, params), name, desc, jdump(params)))
                 hs = [r[0] for r in rows]
-                hit = (rows, tools_set_hash(hs), jdump(hs))
+                hit = (rows, tools_set_hash(hs), _jb(hs), plain)
                 if len(cache) > 4096:
                     cache.clear()
                 cache[raw] = hit
             for h, name, desc, params_s in hit[0]:
                 if h not in tools_seen:
                     tools_seen.add(h)
-                    st.t_tools.append((eid, attempt, "main", name, desc, params_s, "execution", h))
+                    t_tools.append((eid, attempt, "main", name, desc, params_s, "execution", h))
             set_hash, hashes_json = hit[1], hit[2]
-        pe = s.get("protocol_error")
-        if pe:
+            if not hit[3]:
+                residual.setdefault("tools", {})[si] = tl
+        elif "tools" in s:
+            residual.setdefault("tools", {})[si] = None
+        # protocol error / policy failure, checked against what the dump rebuilds from the columns
+        fb = sg("protocol_feedback")
+        pe_code = pf_code = None
+        mpe = model.get("protocol_error")
+        if pe is not None or mpe is not None:
             n_proto += 1
-        pf = s.get("policy_failure")
-        pf_code = pf.get("code") if isinstance(pf, dict) else pf
-        if isinstance(pf, dict) and set(pf) - {"code"}:
-            residual.setdefault("policy_failure", {})[str(i)] = pf
-        sg = s.get
-        st.t_steps.append((
-            eid, attempt, "main", i, i, state.get("page") if isinstance(state, dict) else None, _jb(state),
-            assistant_at[i] if i < len(assistant_at) else None,
-            set_hash, hashes_json, sg("thinking"), sg("content"),
-            sg("finish_reason"), pe, sg("protocol_feedback"), pf_code, None, _jb(sg("raw_response")),
-            sg("response_id"), sg("model"), sg("seed"), pt, ct, sg("latency_ms"), sg("started_at"), None))
-        if tl is None and "tools" not in s:
-            residual.setdefault("no_tools", []).append(i)
-        tc = s.get("tool_call")
-        env = s.get("environment")
-        fb = s.get("action_feedback") or {}
-        if not fb.keys() <= FB_KEYS:
-            residual.setdefault("feedback", {})[str(i)] = fb
-        action = s.get("action")
-        valid = fb.get("valid") if fb else None
-        if tc or action is not None or env:
-            if action is not None and env is not None:
-                n_actions += 1
-                if valid is False:
-                    n_invalid += 1
-            if tc:
-                args = tc.get("arguments")
-                if not tc.keys() <= TC_KEYS:
-                    residual.setdefault("tool_call", {})[str(i)] = tc
-                args_s = args if isinstance(args, str) or args is None else jdump(args)
-                if args is not None and not isinstance(args, str):
-                    residual.setdefault("args_json", []).append(i)
-                atype = "tool_use"
+            p = pe if pe is not None else mpe
+            pe_code = p.get("code") if isinstance(p, dict) else None
+            rebuilt = ({"code": fb.get("code"), "message": fb.get("message")} if isinstance(fb, dict) else None)
+            if pe != rebuilt or ("protocol_error" in model and mpe != pe):
+                residual.setdefault("protocol_error", {})[si] = {"step": pe, "model": mpe}
+            if "protocol_feedback" in s and not isinstance(fb, dict):
+                residual.setdefault("protocol_feedback", {})[si] = fb
+        mpf = model.get("policy_failure")
+        if pf is not None or mpf is not None:
+            p = pf if pf is not None else mpf
+            pf_code = p.get("code") if isinstance(p, dict) else None
+            if pf != {"code": pf_code} or ("policy_failure" in model and mpf != pf):
+                residual.setdefault("policy_failure", {})[si] = {"step": pf, "model": mpf}
+        lat = model.get("latency_ms")
+        t_steps.append((
+            eid, attempt, "main", i, i, state.get("page_type") if isinstance(state, dict) else None, state_b,
+            n_msgs, set_hash, hashes_json, model.get("reasoning"), model.get("content"),
+            model.get("finish_reason"), pe_code, _jb(fb) if isinstance(fb, dict) else None, pf_code, None,
+            _jb(model.get("raw_response")), model.get("response_id"), model_name,
+            seed + i if send_seed else None, pt, ct, lat, None, _jb(meta) if meta else None))
+        # actions: one per tool call; the executed call carries the action and the environment's verdict
+        calls = model.get("tool_calls") or []
+        env = _strip(sg("environment"), st.goals)
+        action = sg("action")
+        fbk = env.get("action_feedback") if isinstance(env, dict) else None
+        fbk = fbk if isinstance(fbk, dict) else {}
+        if calls and not all(isinstance(c, dict) and c.keys() == CALL_KEYS and isinstance(c["raw_arguments"], str)
+                             and _args(c["raw_arguments"]) == c["arguments"] for c in calls):
+            residual.setdefault("tool_calls", {})[si] = calls
+        if action is not None and not calls:
+            residual.setdefault("action", {})[si] = action
+        first_id = None
+        for j, c in enumerate(calls):
+            cid = c.get("call_id") if isinstance(c.get("call_id"), str) else None
+            if j == 0:
+                first_id = cid
+            raw_args = c.get("raw_arguments")
+            if not isinstance(raw_args, str):
+                raw_args = jdump(c.get("arguments"))
+            if pe_code is not None:
+                valid, code, msg = False, pe_code, (pe or mpe or {}).get("message")
+            elif env is not None:
+                valid, code, msg = fbk.get("valid"), fbk.get("reason"), fbk.get("message")
             else:
-                args_s, atype = None, ("terminate" if pf_code else "tool_use")
-            if atype == "terminate" and action is None:
-                action_s = f"terminate[{pf_code}]"
+                valid = code = msg = None
+            t_actions.append((eid, attempt, "main", i, j, cid, c.get("name") if isinstance(c.get("name"), str) else None,
+                              raw_args, action if j == 0 else None, "tool_use", "execution", valid, code, msg))
+        if env is not None:
+            n_actions += 1
+            valid = fbk.get("valid")
+            if valid is False:
+                n_invalid += 1
+            estate = env.get("observation_state")
+            otext = env.get("observation")
+            payload = {k: v for k, v in env.items() if not (k == "observation" and otext is not None
+                                                            or k == "observation_state" and estate is not None)}
+            reward = env.get("reward")
+            state_b = _jb(estate) if estate is not None else state_b
+            t_obs.append((eid, attempt, "main", i, first_id, "environment", otext, _jb(estate),
+                          estate.get("page_type") if isinstance(estate, dict) else None,
+                          (valid is False) if fbk else None, None if reward is None else float(reward),
+                          _jb(payload), env.get("done") if isinstance(env.get("done"), bool) else None))
+            if estate is not None:
+                state = estate
+            if otext is not None:
+                expect_obs = otext
+            n_msgs += 2
+        elif pe_code is not None or "protocol_error" in s:
+            t_obs.append((eid, attempt, "main", i, first_id, "error", jdump(fb) if fb is not None else None, None,
+                          None, True, None, None, None))
+            if calls:
+                n_msgs += 1 + len(calls)
             else:
-                action_s = action
-            st.t_actions.append((eid, attempt, "main", i, 0, tc.get("id") if tc else None,
-                                 tc.get("name") if tc else None, args_s, action_s, atype, "execution",
-                                 False if pe else valid, pe or fb.get("code"), fb.get("message")))
-            if "action_feedback" in s and s["action_feedback"] is None:
-                residual.setdefault("feedback_null", []).append(i)
-            if env:
-                estate = _strip_goal(env.get("observation_state"), st.goals)
-                if not env.keys() <= ENV_KEYS:
-                    residual.setdefault("environment", {})[str(i)] = {k: v for k, v in env.items() if k not in ENV_KEYS}
-                st.t_obs.append((eid, attempt, "main", i, tc.get("id") if tc else None, "environment",
-                                 env.get("observation"), _jb(estate),
-                                 estate.get("page") if isinstance(estate, dict) else None,
-                                 (not valid) if valid is not None else None, env.get("reward"), env.get("done")))
-            elif pe:
-                st.t_obs.append((eid, attempt, "main", i, tc.get("id") if tc else None, "error",
-                                 s.get("protocol_feedback"), None, None, True, None, None))
+                n_msgs += (1 if (model.get("content") or "").strip() else 0) + 1
+        last_env = env
+    # final: the last step's answer, or the answer to a runtime terminate
+    if final is not None:
+        if not (steps and last_env is not None and last_env == final):
+            if steps:
+                i = len(steps) - 1
+                reason = final.get("termination_reason")
+                t_actions.append((eid, attempt, "main", i, len((steps[-1].get("model") or {}).get("tool_calls") or []),
+                                  None, None, None, f"terminate[{reason}]", "terminate", None, None, None, None))
+                ftext, fstate = final.get("observation"), final.get("observation_state")
+                t_obs.append((eid, attempt, "main", i, None, "terminal", ftext if isinstance(ftext, str) else None,
+                              _jb(fstate) if isinstance(fstate, dict) else None,
+                              fstate.get("page_type") if isinstance(fstate, dict) else None, None,
+                              float(final["reward"]) if isinstance(final.get("reward"), NUM) else None,
+                              _jb({k: v for k, v in final.items() if not (k == "observation" and isinstance(ftext, str)
+                                   or k == "observation_state" and isinstance(fstate, dict))}),
+                              final.get("done") if isinstance(final.get("done"), bool) else None))
+            else:
+                residual["final"] = final
+    elif steps and isinstance(last_env, dict) and last_env.get("done") is True and "final" in rec:
+        residual["final_null"] = True
     # skills
-    for sk in rec.get("selected_skills") or []:
-        if set(sk) - SKILL_KEYS:
-            residual.setdefault("skills", {})[str(sk.get("id"))] = {k: v for k, v in sk.items() if k not in SKILL_KEYS}
-        add("skills_selected", {**key, "skill_id": sk.get("id"), "skill_version": sk.get("version"),
-                                "scope": sk.get("scope"), "content_hash": sk.get("content_hash"),
-                                "content": sk.get("content"), "metadata": jdump(sk.get("metadata"))})
+    skill_ids = []
+    for j, sk in enumerate(rec.get("selected_skills") or []):
+        if sk.keys() != SKILL_KEYS:
+            residual.setdefault("skills", {})[str(j)] = sk
+        sid = sk.get("skill_id")
+        skill_ids.append(sid)
+        add("skills_selected", {**key, "skill_id": sid if isinstance(sid, str) else jdump(sid),
+                                "skill_version": sk.get("version") if isinstance(sk.get("version"), str) else jdump(sk.get("version")),
+                                "scope": None, "content_hash": sk.get("content_sha256"),
+                                "content": sk.get("content") if isinstance(sk.get("content"), str) else jdump(sk.get("content")),
+                                "metadata": jdump(sk.get("metadata"))})
+    if "selected_skills" in rec and rec["selected_skills"] is None:
+        residual["skills_null"] = True
     # outcome
-    detail = _strip_goal(final.get("reward_detail"), st.goals)
+    fin = final or {}
+    detail = fin.get("reward_detail")
     detail_d = detail if isinstance(detail, dict) else {}
-    purchase = final.get("purchase")
-    asin = purchase.get("asin") if isinstance(purchase, dict) else purchase if isinstance(purchase, str) else None
-    if isinstance(purchase, dict) and set(purchase) - {"asin"} or isinstance(purchase, str):
-        residual["purchase"] = purchase
-    right = None
-    if goal is not None:
-        gasin = goal.get("asin") or goal.get("product_id")
-        right = bool(asin is not None and gasin is not None and asin == gasin)
-    add("agents", {**mkey, "parent_agent_id": None, "agent_role": "main", "agent_type": None,
-                   "spawned_by_call_id": None, "depth": 0,
-                   "model": next((s.get("model") for s in steps if s.get("model")), None)})
-    if err:
-        if set(err) - ERROR_KEYS:
-            residual["error_extra"] = {k: v for k, v in err.items() if k not in ERROR_KEYS}
-        add("failures", {**key, "stage": err.get("stage"), "exception_type": err.get("type"),
-                         "message": err.get("message"), "traceback": err.get("traceback"),
-                         "occurred_at": rec.get("finished_at")})
-    for k in ("reset", "selected_skills", "conversation", "steps", "error", "provenance"):
-        if k not in rec:
-            residual.setdefault("absent", []).append(k)
-        elif rec[k] is None:
-            residual.setdefault("null", []).append(k)
+    purchase = fin.get("purchase")
+    asin = purchase.get("asin") if isinstance(purchase, dict) else None
+    rs = {k: float(v) if isinstance(v, NUM) and not isinstance(v, bool) else None for k in R_COLS
+          for v in (detail_d.get(k),)}
+    has_r = any(v is not None for v in rs.values())
+    add("agents", {**key, "agent_id": "main", "parent_agent_id": None, "agent_role": "main", "agent_type": None,
+                   "spawned_by_call_id": None, "depth": 0, "model": model_name})
+    if err is not None:
+        if not (err.keys() == ERROR_KEYS or err.keys() == ERROR_KEYS - {"traceback"}) \
+                or any(err.get(k) is None for k in err):
+            residual["error"] = err
+        add("failures", {**key, "stage": _s(err.get("stage")), "exception_type": _s(err.get("type")),
+                         "message": _s(err.get("message")), "traceback": _s(err.get("traceback")),
+                         "occurred_at": rec.get("ended_at")})
+    if rec.get("conversation", 0) is None:
+        residual["conversation_null"] = True
+    if rec.get("steps", 0) is None:
+        residual["steps_null"] = True
+    dur = rec.get("duration_ms")
+    dur_s = None if dur is None else dur / 1000
+    if dur is not None and (dur_s * 1000 != dur or isinstance(dur, int)):
+        residual["duration_ms"] = dur
+    started, ended = _ts(rec.get("started_at"), "started_at", residual), _ts(rec.get("ended_at"), "ended_at", residual)
+    persona = reset_d.get("user_persona")
     add("episodes", {**key, **ctx.episode_common(), "task_id": task_id, "sample_id": sample_id,
-                     "seed": job.get("seed"), "split": job.get("split"), "status": rec["status"],
-                     "done": final.get("done"), "reward": _num(final.get("reward"), "final.reward"),
-                     **{k: detail_d.get(k) if isinstance(detail_d.get(k), (int, float)) else None for k in R_KEYS},
-                     "right_product": right, "purchase_asin": asin, "reward_detail": jdump(detail),
-                     "termination_reason": final.get("termination_reason"), "model_steps": len(steps),
+                     "seed": seed, "split": job.get("split"), "status": rec["status"],
+                     "done": fin.get("done") if isinstance(fin.get("done"), bool) else None,
+                     "reward": float(fin["reward"]) if isinstance(fin.get("reward"), NUM) else None,
+                     **rs, "reward_derived": False if has_r else None,
+                     "right_product": _right_product(goal, asin, detail_d) if final is not None else None,
+                     "purchase_asin": asin if isinstance(asin, str) else None, "reward_detail": jdump(detail),
+                     "termination_reason": _s(fin.get("termination_reason")), "model_steps": len(steps),
                      "protocol_errors": n_proto, "total_actions": n_actions, "invalid_actions": n_invalid,
-                     "tokens_in": tin, "tokens_out": tout, "instruction": reset.get("instruction"),
-                     "persona": reset.get("persona"), "prompt_hash": prov.get("prompt_hash"),
-                     "skill_ids": jdump([sk.get("id") for sk in rec.get("selected_skills") or []]),
-                     "error_stage": err.get("stage"), "error_type": err.get("type"),
-                     "error_message": err.get("message"), "started_at": rec.get("started_at"),
-                     "finished_at": rec.get("finished_at"), "duration_s": rec.get("duration_s"),
-                     "source_extra": canonical(residual).decode() if residual else None})
+                     "tokens_in": tin, "tokens_out": tout, "instruction": _s(reset_d.get("task_instruction")),
+                     "persona": persona if isinstance(persona, str) or persona is None else jdump(persona),
+                     "prompt_hash": (prov.get("prompt") or {}).get("system_prompt_sha256")
+                     if isinstance(prov, dict) and isinstance(prov.get("prompt"), dict) else None,
+                     "skill_ids": jdump(skill_ids), "error_stage": _s((err or {}).get("stage")),
+                     "error_type": _s((err or {}).get("type")), "error_message": _s((err or {}).get("message")),
+                     "started_at": started, "finished_at": ended, "duration_s": dur_s,
+                     "reset_payload": jdump(reset), "source_extra": canonical(residual).decode() if residual else None})
 
 
-register(Reader(name="shopsimrl-v4", description="shopsimrl-episode-v4 JSONL (traces.jsonl)", sniff=sniff, read=read))
+def _s(v):
+    return v if isinstance(v, str) or v is None else jdump(v)
+
+
+def _args(raw: str):
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _NOT_JSON
+
+
+_NOT_JSON = object()
+
+register(Reader(name="shopsimrl-v4", description="shopsimrl-episode-v4 (runs/<name>/traces.jsonl, slime rollout .json)",
+                sniff=sniff, read=read, companions=companions))
