@@ -4,8 +4,9 @@
     .venv/bin/python bench/bench_ingest.py                 # 500 and 5,000 episodes (a few minutes)
     .venv/bin/python bench/bench_ingest.py --with-50k      # adds 50,000 episodes (~4.5 GB input)
 
-Generates realistic v4 files (``shopsim_wh.ingest.synth_v4``: ~15 steps, KB-sized observations and
-reasoning, dynamic tool schemas) and measures, each in a fresh subprocess (so peak RSS is its own):
+Generates realistic v4 files in the real ShopSimRL runtime's shape (``shopsim_wh.ingest.synth_v4``: ~15 steps,
+KB-sized Chinese observations and reasoning, tool schemas built from observation_state, Python-json
+separators) and measures, each in a fresh subprocess (so peak RSS is its own):
 
 * ingest: ``shopsim_wh.ingest.ingest`` into an empty warehouse (MB/s, episodes/s, peak RSS of the
   ingesting process and of its largest parse worker; files >= 64 MiB are parsed by two workers);
@@ -73,19 +74,24 @@ with open(src, "rb") as f:
         r = json.loads(line)
         eid = r["episode_id"]
         fin = r.get("final") or {}
+        reset = r.get("reset") or {}
         tables["episodes"].append({"episode_id": eid, "task_id": r["job"]["task_id"], "status": r["status"],
             "reward": fin.get("reward"), "reward_detail": json.dumps(fin.get("reward_detail")),
-            "instruction": r["reset"]["instruction"], "persona": r["reset"]["persona"]})
+            "instruction": reset.get("task_instruction"), "persona": json.dumps(reset.get("user_persona")),
+            "reset": json.dumps(reset)})
         for i, s in enumerate(r["steps"]):
-            tables["steps"].append({"episode_id": eid, "step_idx": i, "observation_state": json.dumps(s["observation_state"]),
-                "tools": json.dumps(s["tools"]), "reasoning": s["thinking"], "model": s["model"],
-                "tokens_in": s["usage"]["prompt_tokens"], "tokens_out": s["usage"]["completion_tokens"]})
-            tc = s.get("tool_call") or {}
-            tables["actions"].append({"episode_id": eid, "step_idx": i, "call_id": tc.get("id"), "tool_name": tc.get("name"),
-                "arguments": tc.get("arguments"), "action": s.get("action")})
+            m = s.get("model") or {}
+            usage = m.get("usage") or {}
+            tables["steps"].append({"episode_id": eid, "step_idx": i, "observation": s.get("observation"),
+                "tools": json.dumps(s["tools"]), "reasoning": m.get("reasoning"), "content": m.get("content"),
+                "tokens_in": usage.get("prompt_tokens"), "tokens_out": usage.get("completion_tokens")})
+            for j, tc in enumerate(m.get("tool_calls") or []):
+                tables["actions"].append({"episode_id": eid, "step_idx": i, "call_idx": j, "call_id": tc.get("call_id"),
+                    "tool_name": tc.get("name"), "arguments": tc.get("raw_arguments"), "action": s.get("action")})
             env = s.get("environment") or {}
             tables["observations"].append({"episode_id": eid, "step_idx": i, "content": env.get("observation"),
-                "observation_state": json.dumps(env.get("observation_state")), "reward": env.get("reward")})
+                "observation_state": json.dumps(env.get("observation_state")), "reward": env.get("reward"),
+                "payload": json.dumps({k: v for k, v in env.items() if k not in ("observation", "observation_state", "goal")})})
         for j, m in enumerate(r["conversation"]):
             tables["messages"].append({"episode_id": eid, "msg_idx": j, "role": m["role"], "content": m.get("content"),
                 "reasoning_content": m.get("reasoning_content"), "tool_calls": json.dumps(m.get("tool_calls"))})
@@ -156,7 +162,7 @@ def main() -> None:
           f"{'cpu s':>6} {'MB/cpu-s':>8} | {'naive MB/s':>10} {'peak MB':>8} | {'floor MB/s':>10} | "
           f"{'x naive':>7} {'/ floor':>7}")
     for n in sizes:
-        src = work / f"v4-{n}-{a.steps}.jsonl"
+        src = work / f"v4real-{n}-{a.steps}.jsonl"  # the real runtime's record shape (issue 9)
         if not src.exists():
             t = time.perf_counter()
             synth_v4.write_file(src, n, steps=a.steps)

@@ -47,16 +47,28 @@ def ingest(
 
 
 def dump(
-    episode_id: Annotated[str, typer.Argument(help="Episode id (e.g. task-1234__sample-0 or a session id).")],
+    episode_id: Annotated[str | None, typer.Argument(help="Episode id (e.g. task-001234__sample-000); omit it with --run and --out to write the whole run.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="shopsimrl-v4 or atif.")] = "shopsimrl-v4",
     warehouse: WarehouseOpt = None,
-    run_id: Annotated[str | None, typer.Option("--run", help="Run id, when the episode id exists in several runs.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="Run id, when the episode id exists in several runs (or the run to write).")] = None,
+    attempt: Annotated[int | None, typer.Option(help="Attempt to write (default: the last, the one the episodes view keeps).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout; without an episode id: the run directory to create.")] = None,
 ) -> None:
-    """Re-emit one episode in a trace format."""
+    """Re-emit one episode in a trace format, or a whole run as a ShopSimRL run directory
+    (traces.jsonl with every attempt, manifest.json, summary.json)."""
+    from ..errors import ShopsimError
     from ..ingest import dump_episode
+    from ..ingest.dump import dump_run
 
-    text = dump_episode(default_root(warehouse), episode_id, fmt, run_id=run_id)
+    root = default_root(warehouse)
+    if episode_id is None:
+        if run_id is None or out is None or fmt != "shopsimrl-v4":
+            raise ShopsimError("to write a whole run pass --run RUN_ID and --out DIR (format shopsimrl-v4); "
+                               "to write one episode pass its id")
+        d = dump_run(root, run_id, out)
+        typer.echo(f"wrote {d}/traces.jsonl, manifest.json, summary.json")
+        return
+    text = dump_episode(root, episode_id, fmt, run_id=run_id, attempt=attempt)
     if out:
         out.write_text(text if text.endswith("\n") else text + "\n")
         typer.echo(f"wrote {out}")

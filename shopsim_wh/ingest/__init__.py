@@ -1,6 +1,6 @@
 """Ingest of historical traces (issue 3): readers registered by name, one entry point.
 
-    from shopsim_wh.ingest import ingest, dump_episode
+    from shopsim_wh.ingest import ingest, dump_episode, dump_run
     summary = ingest(["../shared/data"], "warehouse")
 
 Core code: no typer, no rich. The CLI wires ``shopsim-wh ingest`` / ``shopsim-wh dump`` to these.
@@ -10,9 +10,15 @@ from .core import FileResult, IngestSummary, UnitContext, ingest
 from .registry import READERS, Reader, detect, formats, get_reader, register
 
 __all__ = ["FileResult", "IngestSummary", "UnitContext", "ingest", "READERS", "Reader", "detect", "formats",
-           "get_reader", "register", "dump_episode"]
+           "get_reader", "register", "dump_episode", "dump_run"]
 
 
-def dump_episode(warehouse, episode_id: str, fmt: str, run_id: str | None = None) -> str:
+def dump_episode(warehouse, episode_id: str, fmt: str, run_id: str | None = None, attempt: int | None = None) -> str:
     from .dump import dump_episode as _dump
-    return _dump(warehouse, episode_id, fmt, run_id)
+    return _dump(warehouse, episode_id, fmt, run_id, attempt)
+
+
+def dump_run(warehouse, run_id: str, out_dir):
+    """Run ``run_id`` as a ShopSimRL run directory (traces.jsonl, manifest.json, summary.json)."""
+    from .dump import dump_run as _dump
+    return _dump(warehouse, run_id, out_dir)

@@ -235,7 +235,7 @@ def to_v4(ep: _Episode) -> dict:
             err["traceback"] = f["traceback"]
     ts = res.get("ts") or {}
     dur = res.get("duration_ms", None if e["duration_s"] is None else e["duration_s"] * 1000)
-    rec = {"schema_version": V4, "episode_id": ep.eid, "status": e["status"],
+    rec = {"schema_version": V4, "episode_id": _episode_id(ep.eid, e), "status": e["status"],
            "job": res.get("job") or {"task_id": e["task_id"], "sample_id": e["sample_id"], "seed": e["seed"],
                                      "split": e["split"]},
            "provenance": prov, "started_at": ts.get("started_at", _iso(e["started_at"])),
@@ -247,6 +247,15 @@ def to_v4(ep: _Episode) -> dict:
         rec.pop(k, None)
     rec.update(res.get("extra") or {})
     return rec
+
+
+def _episode_id(eid: str, e: dict) -> str:
+    """The runtime's zero-padded id (``EpisodeJob.episode_id``) for a shop episode stored under another spelling
+    (runner rows written before ids were padded), so the ShopSimRL store finds the job's line."""
+    if eid.startswith("task-") and "__sample-" in eid and isinstance(e.get("task_id"), int) \
+            and isinstance(e.get("sample_id"), int):
+        return f"task-{e['task_id']:06d}__sample-{e['sample_id']:03d}"
+    return eid
 
 
 # --- the run directory ---------------------------------------------------------------------------

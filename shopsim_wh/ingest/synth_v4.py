@@ -204,7 +204,7 @@ def _ts(base: datetime, ms: float) -> str:
 def record(task_id: int, sample_id: int = 0, *, steps: int = 15, obs_words: int = 180, think_words: int = 120,
            status: str = "completed", seed: int = 0, goal_in_reset: bool = False, kind: str = "runtime",
            protocol_error_at: int | None = None, length_failure: bool = False, action_limit: bool = False,
-           persona: bool = True, skills: bool = True, fail_stage: str = "environment", split: str = "val",
+           persona: bool = True, skills: bool = True, fail_stage: str = "environment", split: str = "train",
            group: int = 0) -> dict:
     """One record. ``status="failed"`` stops part-way with an error (``fail_stage``: ``environment`` or
     ``reset``); ``protocol_error_at`` makes that step (1-based) a protocol error; ``length_failure`` ends the

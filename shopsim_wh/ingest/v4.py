@@ -35,7 +35,7 @@ from pathlib import Path
 import orjson
 
 from ._io import base_suffix, iter_lines, open_binary
-from ._json import RecordError, parse_record
+from ._json import RecordError, cap, parse_record
 from ._rows import canonical, jdump, tool_schema_hash, tools_set_hash
 from .core import UnitContext
 from .registry import Reader, key_re, register
@@ -58,7 +58,6 @@ MSG_OPT = ("reasoning_content", "tool_calls", "tool_call_id", "name")
 SKILL_KEYS = frozenset({"skill_id", "content", "version", "metadata", "content_sha256"})
 ERROR_KEYS = frozenset({"stage", "type", "message", "traceback"})
 R_COLS = ("r_type", "r_att", "r_option", "r_price", "r_loose", "r_strict", "r_success")
-RUNTIME_ID = re.compile(r"task-(\d+)__sample-(\d+)")
 SLIME_ID = re.compile(r"train-group-(\d{9,})-sample-(\d{9,})(-full-skill-retry)?")
 
 _SNIFF_SCHEMA = key_re("schema_version", SCHEMA)
@@ -123,10 +122,11 @@ def validate(rec) -> tuple[str, int, int]:
     eid = rec.get("episode_id")
     if not isinstance(eid, str):
         raise _wrong(f"episode_id must be a string, got {type(eid).__name__}")
-    m = RUNTIME_ID.fullmatch(eid)
-    if m is not None:
-        if (int(m[1]), int(m[2])) != (task_id, sample_id):
-            raise _wrong(f"episode_id {eid[:60]!r} does not match job (task {task_id}, sample {sample_id})")
+    if eid.startswith("task-"):
+        want = f"task-{task_id:06d}__sample-{sample_id:03d}"
+        if eid != want:
+            raise _wrong(f"episode_id {eid[:60]!r} is not the runtime's task-NNNNNN__sample-NNN id of its job "
+                         f"({want!r}); fix the record's episode_id or job")
     else:
         m = SLIME_ID.fullmatch(eid)
         if m is None or int(m[2]) != sample_id:
@@ -236,11 +236,16 @@ def _parse(ctx: UnitContext, st: _State, lines, offset_base: int = 0):
                           f"({e.error_class}): a torn write, not a record")
             else:
                 ctx.error(line_no, offset + (e.at or 0), e.error_class, e.message)
-            eid = _peek_episode(line)
-            if eid:
+            peek = _peek_store(line) if terminated else None
+            if peek is not None:
+                eid = peek[0]
                 st.fid.setdefault(eid, [0, 0, 0])
                 st.fid[eid][0] += 1
                 st.fid[eid][2] += 1
+                attempt = st.attempts.get(eid, 0) + 1
+                st.attempts[eid] = attempt
+                _emit_rejected(ctx, eid, attempt, peek[1], e)
+                ctx.attempts += 1
             else:
                 st.file_total += 1
                 st.file_dropped += 1
@@ -272,14 +277,36 @@ def _finish(ctx, any_line, attempts, fid, file_total, file_dropped, run_prov, go
     prov["private_goals_stripped"] = goals
 
 
-def _peek_episode(line: bytes) -> str | None:
+def _peek_store(line: bytes):
+    """``(episode_id, record)`` when the ShopSimRL store would take this line as its episode's latest (it parses
+    with Python's json - NaN and duplicate keys included - into an object with a string ``episode_id``)."""
+    import json
     try:
-        rec = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        rec = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if isinstance(rec, dict) and isinstance(rec.get("episode_id"), str):
-        return rec["episode_id"]
+        return rec["episode_id"], rec
     return None
+
+
+def _emit_rejected(ctx: UnitContext, eid: str, attempt: int, rec: dict, e: RecordError) -> None:
+    """A rejected line the store would still resume from: a ``failed`` attempt (error_stage ``ingest``) so that the
+    ``episodes`` view's final attempt is the store's (its content is not read; the ingest_errors row says why)."""
+    job = rec.get("job") if isinstance(rec.get("job"), dict) else {}
+
+    def i(v, bits=63):
+        return v if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**bits else None
+
+    key = {"episode_id": eid, "attempt": attempt}
+    msg = cap(f"the record was rejected ({e.error_class}: {e.message}); its line is in ingest_errors")
+    ctx.sink.add("failures", {**key, "stage": "ingest", "exception_type": e.error_class, "message": msg,
+                              "traceback": None, "occurred_at": None})
+    ctx.sink.add("episodes", {**key, **ctx.episode_common(), "task_id": i(job.get("task_id")),
+                              "sample_id": i(job.get("sample_id"), 31), "seed": i(job.get("seed")),
+                              "split": job.get("split") if isinstance(job.get("split"), str) else None,
+                              "status": "failed", "error_stage": "ingest", "error_type": e.error_class,
+                              "error_message": msg, "source_extra": canonical({"rejected": e.error_class}).decode()})
 
 
 def _sidecars(ctx: UnitContext) -> None:
