@@ -258,3 +258,16 @@ def test_a_second_run_directory_gets_its_own_row(tmp_path):
     by_requested = {s["counts"]["requested"]: s for s in got.values()}
     assert_same(by_requested[na], reference_summary(a / "traces.jsonl", na))
     assert_same(by_requested[2], reference_summary(b / "traces.jsonl", None))  # no manifest: requested = traces
+
+
+def test_synth_run_dir_summary_json_is_reproduced(tmp_path):
+    """synth_v4.run_dir writes its summary.json with the v4 writer's own summarize: ours, the reference above and
+    that file agree (three implementations of the same rules)."""
+    from shopsim_wh.ingest.synth_v4 import run_dir
+
+    d = run_dir(tmp_path / "runs", "val-synth", n_tasks=7, repeats=2, steps=5, obs_words=10, think_words=5)
+    written = {k: v for k, v in json.loads((d / "summary.json").read_text()).items() if k != "created_at"}
+    ingest([tmp_path / "runs"], tmp_path / "wh")
+    (ours,) = eval_summaries(connect(tmp_path / "wh")).values()
+    assert_same(ours, written)
+    assert_same(ours, reference_summary(d / "traces.jsonl", 14))

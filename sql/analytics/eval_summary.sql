@@ -22,8 +22,10 @@
 --            total_tokens and reasoning_tokens (usage.completion_tokens_details) from the raw usage kept in
 --            steps.metadata $.usage; a key is present only when some step reported it
 -- errors     MAP error type -> failed episodes ('unknown' when the attempt has none)
--- Not reproduced: created_at (when the original wrote the file). shopsim_wh.summary.eval_summary_json
--- assembles a row into the summary.json shape.
+-- Not reproduced: created_at (when the original wrote the file). Limits: a line the v4 reader rejected but
+-- Python's json reads is a failed attempt with error_type = the ingest error class (the original would read its
+-- fields); a completed record without final.done counts as completed unless the reader stored done = false.
+-- shopsim_wh.summary.eval_summary_json assembles a row into the summary.json shape.
 -- DuckDB-specific: MAP, json_each / json_extract, the macros.
 CREATE OR REPLACE VIEW eval_summary AS
 WITH ended AS (  -- every episode's final attempt with the original's completed flag
