@@ -140,6 +140,33 @@ def naive_run_metrics(root: Path) -> dict:
     return out
 
 
+def naive_eval_summary(root: Path) -> dict:
+    """The figures eval_summary adds to run_metrics (components, policy failures, tokens, endings, errors)."""
+    eps = {(e["run_id"], e["episode_id"]): e for e in final(rows(root, "episodes"))}
+    done = {k for k, e in eps.items() if e["status"] == "completed" and e["done"] is not False}
+    out: dict = defaultdict(lambda: {"components": defaultdict(list), "policy_failures": 0,
+                                     "tokens": defaultdict(int), "ends": defaultdict(int), "errors": defaultdict(int)})
+    for k, e in eps.items():
+        o = out[k[0]]
+        if k not in done:
+            o["errors"][e["error_type"] or "unknown"] += 1
+            continue
+        o["ends"][e["termination_reason"] or "unknown"] += 1
+        for c, v in json.loads(e["reward_detail"] or "{}").items():
+            if c.startswith("r_") and isinstance(v, (int, float)) and not isinstance(v, bool):
+                o["components"][c].append(v)
+    last = {k: e["attempt"] for k, e in eps.items()}
+    for s in rows(root, "steps", columns=["episode_id", "attempt", "policy_failure", "tokens_in", "tokens_out"]):
+        k = (s["run_id"], s["episode_id"])
+        if k in done and s["attempt"] == last[k]:
+            o = out[k[0]]
+            o["policy_failures"] += s["policy_failure"] is not None
+            o["tokens"]["prompt_tokens"] += s["tokens_in"] or 0
+            o["tokens"]["completion_tokens"] += s["tokens_out"] or 0
+    return {r: {**o, "components": {c: statistics.fmean(v) for c, v in o["components"].items()}}
+            for r, o in out.items()}
+
+
 def naive_gate(root: Path, bare: str, treatment: str, bootstrap: int = 1000) -> list[float]:
     def completed(run):
         return {(e["task_id"], e["sample_id"]): e for e in final(rows(root, "episodes", run))
@@ -204,6 +231,8 @@ def bench(n: int, repeat: int, naive: bool) -> list[tuple]:
     cases = [
         ("run_metrics", "SELECT * FROM run_metrics (all runs)",
          lambda: con.execute("SELECT * FROM run_metrics").fetchall(), lambda: naive_run_metrics(root)),
+        ("eval_summary", "SELECT * FROM eval_summary (all runs: summary.json figures)",
+         lambda: con.execute("SELECT * FROM eval_summary").fetchall(), lambda: naive_eval_summary(root)),
         ("gate", f"gate {BARE} vs {TREATMENT} ({runs_n:,} episodes each, {pairs:,} pairs, bootstrap 1000)",
          lambda: gate(con, BARE, TREATMENT, bootstrap=1000), lambda: naive_gate(root, BARE, TREATMENT)),
         ("ir_steps", f"ir_steps WHERE run_id/episode_id = one episode ({episode})",

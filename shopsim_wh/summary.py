@@ -14,29 +14,75 @@ from typing import Any
 import duckdb
 
 SUMMARY_SQL = """
-SELECT m.*, t.termination_reasons, f.failures
+SELECT m.*, s.requested, s.trace_files, s.reward_components, s.policy_failures, s.policy_failure_rate,
+       s.termination_reasons, s.duration_ms_mean, s.tokens, s.errors, f.failures
 FROM run_metrics AS m
-LEFT JOIN (
-    SELECT run_id, string_agg(reason || '=' || n, ', ' ORDER BY n DESC, reason) AS termination_reasons
-    FROM (SELECT run_id, coalesce(termination_reason, status) AS reason, count(*) AS n FROM episodes GROUP BY 1, 2)
-    GROUP BY run_id
-) AS t USING (run_id)
+JOIN eval_summary AS s USING (run_id)
 LEFT JOIN (  -- failures of the episodes still failed (their last attempt), by stage and exception type
     SELECT run_id, string_agg(kind || '=' || n, ', ' ORDER BY n DESC, kind) AS failures
-    FROM (SELECT e.run_id, e.error_stage || ':' || e.error_type AS kind, count(*) AS n
-          FROM episodes AS e WHERE e.status = 'failed' GROUP BY 1, 2)
+    FROM (SELECT e.run_id, coalesce(e.error_stage, '?') || ':' || coalesce(e.error_type, 'unknown') AS kind,
+                 count(*) AS n
+          FROM episodes AS e WHERE NOT episode_completed(e.status, e.done) GROUP BY 1, 2)
     GROUP BY run_id
 ) AS f USING (run_id)
 WHERE $experiment IS NULL OR m.experiment = $experiment OR m.run_id = $experiment
 ORDER BY m.run_id
 """
 
+EVAL_SUMMARY_SQL = """
+SELECT * FROM eval_summary
+WHERE $experiment IS NULL OR experiment = $experiment OR run_id = $experiment
+ORDER BY run_id
+"""
 
-def summarize(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -> list[dict]:
-    """One dict per run: the `run_metrics` row plus the termination reasons as text."""
-    rel = con.execute(SUMMARY_SQL, {"experiment": experiment})
+SUMMARY_SCHEMA = "shopsimrl-eval-summary-v2"
+# (section, key) of every scalar figure of summary.json, in the original's order; the keyed sections
+# (reward_components, behavior.termination_reasons, cost.tokens, errors) are eval_summary's MAP columns.
+_LAYOUT = (
+    ("counts", ("requested", "trace_files", "completed", "failed", "scored", "coverage")),
+    ("primary", ("reward_mean", "reward_sem", "success_rate")),
+    ("reward_components", None),
+    ("behavior", ("steps_mean", "model_steps", "protocol_errors", "protocol_error_rate", "policy_failures",
+                  "policy_failure_rate", "invalid_action_rate", "invalid_actions", "total_actions",
+                  "termination_reasons")),
+    ("cost", ("duration_ms_mean", "tokens")),
+    ("errors", None),
+)
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, experiment: str | None) -> list[dict]:
+    rel = con.execute(sql, {"experiment": experiment})
     cols = [d[0] for d in rel.description]
     return [dict(zip(cols, r, strict=True)) for r in rel.fetchall()]
+
+
+def summarize(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -> list[dict]:
+    """One dict per run: the `run_metrics` row plus eval_summary's keyed figures and the failures as text."""
+    return _rows(con, SUMMARY_SQL, experiment)
+
+
+def eval_summary_json(row: dict) -> dict:
+    """An `eval_summary` row in the shape of ShopSimRL's summary.json (without its `created_at`)."""
+    out: dict[str, Any] = {"schema_version": SUMMARY_SCHEMA}
+    for section, keys in _LAYOUT:
+        if keys is None:
+            out[section] = dict(sorted((row[section] or {}).items()))
+            continue
+        part = {k: row[k] for k in keys}
+        for k in ("termination_reasons", "tokens"):
+            if k in part:
+                part[k] = dict(sorted((part[k] or {}).items()))
+        out[section] = part
+    return out
+
+
+def eval_summaries(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -> dict[str, dict]:
+    """run_id -> the run's summary.json figures as the original computes them (see sql/analytics/eval_summary.sql)."""
+    return {r["run_id"]: eval_summary_json(r) for r in _rows(con, EVAL_SUMMARY_SQL, experiment)}
+
+
+def _reward_meaning(primary: str | None) -> str:
+    return f"reward = {primary}" if primary else "reward = the source's top-level reward (meaning not recorded)"
 
 
 def format_summary(rows: list[dict]) -> str:
@@ -48,20 +94,30 @@ def format_summary(rows: list[dict]) -> str:
             v = r.get(key)
             return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{float(v):.{digits}f}"
 
+        def kv(key: str, r: dict = r) -> str:
+            d = r.get(key) or {}
+            return ", ".join(f"{k}={v}" for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
+
+        comps = "  ".join(f"{k} {v:.3f}" for k, v in sorted((r.get("reward_components") or {}).items()))
         passk = (f"   pass@{r['repeats']} {f('pass_at_k')}   pass^{r['repeats']} {f('pass_hat_k')}"
                  if (r.get("repeats") or 1) > 1 else "")
         out.append(
-            f"run {r['run_id']}: planned {r['planned']}, completed {r['completed']}, failed {r['failed']} "
-            f"(coverage {f('coverage')})\n"
-            f"  reward {f('reward_mean')} ± {f('reward_sem')} (SEM)   success {f('r_success_mean')}   "
-            f"r_strict {f('r_strict_mean')}   right product {f('right_product_rate')}{passk}\n"
-            f"  r_type {f('r_type_mean')}  r_att {f('r_att_mean')}  r_option {f('r_option_mean')}  r_price {f('r_price_mean')}\n"
-            f"  mean model steps {f('mean_model_steps', 2)}   mean env actions {f('mean_steps', 2)}   "
-            f"invalid-action rate {f('invalid_action_rate')}   protocol-error rate {f('protocol_error_rate')}\n"
-            f"  termination: {r['termination_reasons']}\n"
+            f"run {r['run_id']}: planned {r['requested']}, completed {r['completed']}, failed {r['failed']} "
+            f"(coverage {f('coverage')}), {r['trace_files']} episode(s) with a trace, {r['scored']} scored\n"
+            f"  {_reward_meaning(r.get('primary_reward'))}: mean {f('reward_mean')} ± {f('reward_sem')} (SEM)   "
+            f"success rate {f('success_rate')} (reported r_success)   right product {f('right_product_rate')}{passk}\n"
+            f"  reward components (as reported): {comps or 'none'}\n"
+            f"  incl. derived: r_strict {f('r_strict_mean')}  r_loose {f('r_loose_mean')}  r_success {f('r_success_mean')}\n"
+            f"  steps per episode {f('mean_model_steps', 2)} (env actions {f('mean_steps', 2)})   model steps "
+            f"{r['model_steps_total'] or 0}, protocol errors {r['protocol_errors_total'] or 0} "
+            f"(rate {f('protocol_error_rate')}), policy failures {r['policy_failures']} (rate {f('policy_failure_rate')}), "
+            f"invalid actions {r['invalid_actions_total'] or 0}/{r['total_actions_total'] or 0} "
+            f"(rate {f('invalid_action_rate')})\n"
+            f"  termination: {kv('termination_reasons')}\n"
             + (f"  failures: {r['failures']} (details: select * from failures)\n" if r.get("failures") else "")
-            + f"  tokens in/out per episode {f('tokens_in_mean', 0)}/{f('tokens_out_mean', 0)}   "
-            f"wall time per episode {f('wall_time_mean_s', 3)} s (total {f('wall_time_total_s', 1)} s)"
+            + f"  tokens (completed episodes): {kv('tokens')}   per episode in/out {f('tokens_in_mean', 0)}/"
+            f"{f('tokens_out_mean', 0)}   wall time per episode {f('duration_ms_mean', 0)} ms "
+            f"(all attempts {f('wall_time_total_s', 1)} s)"
         )
     return "\n".join(out)
 

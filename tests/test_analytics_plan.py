@@ -24,16 +24,17 @@ PER_RUN = """
 SELECT
     run_id,
     count(*) AS episodes,
-    count(*) FILTER (WHERE status = 'completed') AS completed,
-    count(*) FILTER (WHERE status = 'failed') AS failed,
-    avg(reward) FILTER (WHERE status = 'completed') AS reward_mean,
-    avg(r_strict) FILTER (WHERE status = 'completed') AS r_strict_mean,
-    avg(r_success) FILTER (WHERE status = 'completed') AS r_success_mean,
-    avg(total_actions) FILTER (WHERE status = 'completed') AS mean_steps,
-    CAST(sum(protocol_errors) AS DOUBLE) / nullif(sum(model_steps), 0) AS protocol_error_rate,
-    CAST(count(*) FILTER (WHERE status = 'completed' AND termination_reason = 'purchase') AS DOUBLE) / count(*)
-        AS share_purchase,
-    CAST(count(*) FILTER (WHERE status = 'failed') AS DOUBLE) / count(*) AS share_error
+    count(*) FILTER (WHERE episode_completed(status, done)) AS completed,
+    count(*) FILTER (WHERE NOT episode_completed(status, done)) AS failed,
+    avg(reward) FILTER (WHERE episode_completed(status, done)) AS reward_mean,
+    avg(r_strict) FILTER (WHERE episode_completed(status, done)) AS r_strict_mean,
+    avg(r_success) FILTER (WHERE episode_completed(status, done)) AS r_success_mean,
+    avg(total_actions) FILTER (WHERE episode_completed(status, done)) AS mean_steps,
+    CAST(sum(protocol_errors) FILTER (WHERE episode_completed(status, done)) AS DOUBLE)
+        / nullif(sum(model_steps) FILTER (WHERE episode_completed(status, done)), 0) AS protocol_error_rate,
+    CAST(count(*) FILTER (WHERE episode_completed(status, done) AND termination_reason = 'purchase') AS DOUBLE)
+        / count(*) AS share_purchase,
+    CAST(count(*) FILTER (WHERE NOT episode_completed(status, done)) AS DOUBLE) / count(*) AS share_error
 FROM episodes
 GROUP BY run_id
 """

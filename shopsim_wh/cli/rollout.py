@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
@@ -17,7 +18,7 @@ from rich.progress import (
 from .. import runner
 from ..config import load_config
 from ..db import connect
-from ..summary import format_summary, summarize
+from ..summary import eval_summaries, format_summary, summarize
 from ..warehouse import Warehouse, default_root
 from .options import ConfigArg, WarehouseOpt
 
@@ -86,11 +87,19 @@ def run(
 def summarize_cmd(
     warehouse: WarehouseOpt = None,
     experiment: Annotated[str | None, typer.Option(help="Only this experiment (or run id).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print each run's figures in ShopSimRL's summary.json "
+                                          "shape (shopsimrl-eval-summary-v2), keyed by run id.")] = False,
 ) -> None:
-    """Coverage, failures, reward mean and SEM, r_* means, steps, error rates, tokens and time per run."""
+    """Coverage, failures, reward mean and SEM, r_* means, steps, error rates, tokens and time per run.
+
+    `reward` is the server's top-level reward (r_strict for shop_env runs, see runs.primary_reward); the figures
+    are computed by the rules of ShopSimRL's summary.json (view eval_summary)."""
     root = default_root(warehouse)
     if not Warehouse(root).exists():
         raise typer.BadParameter(f"no warehouse at {root}; pass --warehouse or run `shopsim-wh run CONFIG` first")
+    if as_json:
+        typer.echo(json.dumps(eval_summaries(connect(root), experiment), ensure_ascii=False, indent=2))
+        return
     typer.echo(format_summary(summarize(connect(root), experiment)))
 
 

@@ -24,7 +24,8 @@ CREATE OR REPLACE MACRO pass_hat_k_estimate(n, c, k) AS
     END;
 
 -- task_success_counts: per (run, task) the completed samples n and the successes c among them
--- (success = r_success = 1). The one definition pass@k and run_metrics count from.
+-- (success = r_success = 1). The one definition pass@k and run_metrics count from;
+-- completed = episode_completed (run_metrics.sql).
 -- grain: one row per (run_id, task_id) with a task id. key: (run_id, task_id)
 CREATE OR REPLACE VIEW task_success_counts AS
 SELECT
@@ -32,7 +33,7 @@ SELECT
     count(*) AS n,
     sum(CASE WHEN r_success = 1 THEN 1 ELSE 0 END) AS c
 FROM episodes
-WHERE status = 'completed' AND task_id IS NOT NULL
+WHERE episode_completed(status, done) AND task_id IS NOT NULL
 GROUP BY run_id, task_id;
 
 -- pass_at_k(k): per (run, task) the unbiased pass@k and tau-bench's pass^k (pass_hat_k) over the task's

@@ -1,17 +1,29 @@
 -- run_metrics: the per-run evaluation report of seed 000 §8.3.
 -- grain: one row per run. key: run_id
 --
+-- The figures ShopSimRL's summary.json (shopsimrl-eval-summary-v2) also has are computed by its rules
+-- (shopsimrl/evaluation.py summarize_traces); eval_summary.sql renames them to its names.
+-- completed  an episode whose final attempt is episode_completed(status, done): status 'completed' and the
+--            environment did not say it is not done (the original: status completed and final.done true);
+--            every other final attempt is failed
 -- coverage   planned (runs.planned_episodes), episodes (jobs with a final attempt), completed, failed,
 --            missing = planned - completed - failed, coverage = completed / planned
--- reward     reward_mean and reward_sem (stddev_samp / sqrt(n)) over completed episodes only (a failed episode
---            is never a reward of 0); r_strict_mean, r_loose_mean, r_success_mean (strict
---            success rate), right_product_rate and the component means r_type / r_att / r_option / r_price
+-- reward     `reward` is the server's top-level reward, its meaning is runs.primary_reward (r_strict for
+--            shop_env). reward_mean and reward_sem = sample stddev (n - 1) / sqrt(n), NULL below 2 rewards,
+--            over completed episodes with a reward (scored); a failed episode is never a reward of 0.
+--            success_rate = mean r_success over the completed episodes whose source reported one (not
+--            reward_derived) = the original's primary.success_rate. r_strict_mean, r_loose_mean,
+--            r_success_mean: over every completed episode, derived values included (sources without
+--            reward_detail); right_product_rate and the component means r_type / r_att / r_option / r_price
+--            (each over the episodes that have it)
 -- pass@k     repeats = most completed samples of any task; pass_at_1 = mean over tasks of c/n;
 --            pass_at_k = mean over tasks of the unbiased estimator at k = repeats (pass_at_k_estimate), NULL
 --            when repeats = 1 (success = r_success = 1; any k: run_pass_at_k(k)); pass_hat_k = tau-bench's pass^k at
 --            the same k (all k samples succeed: mean over tasks with >= k samples of C(c, k) / C(n, k))
--- behaviour  mean_steps (environment actions) and mean_model_steps over completed episodes;
---            protocol_error_rate = protocol errors / model steps; invalid_action_rate = invalid / actions
+-- behaviour  over completed episodes: mean_steps (environment actions), mean_model_steps (the original's
+--            steps_mean: steps per episode), the totals model_steps_total, protocol_errors_total,
+--            total_actions_total, invalid_actions_total, protocol_error_rate = protocol errors / model steps,
+--            invalid_action_rate = invalid / environment actions (NULL without any)
 -- endings    share_* over all episodes: purchase, action_limit, generation_length, protocol_budget, error
 --            (failed), other (any other completed ending); the six sum to 1
 -- cost       tokens_in_mean / tokens_out_mean and wall_time_mean_s over completed episodes; totals over every
@@ -25,7 +37,13 @@
 -- (CASE on is_final / final_completed) and the attempt totals; per_task is task_success_counts' definition
 -- over the same rows. tests/test_analytics_plan.py holds these to the episodes, episode_attempts and
 -- task_success_counts views.
--- Portable SQL except CREATE OR REPLACE, the MATERIALIZED hint and the macros (pass_at_k_estimate, r_*_of).
+-- Portable SQL except CREATE OR REPLACE, the MATERIALIZED hint and the macros (pass_at_k_estimate, r_*_of,
+-- episode_completed).
+
+-- episode_completed(status, done): the one definition of a completed episode (run_metrics, eval_summary).
+-- grain: scalar macro (one value per call).
+CREATE OR REPLACE MACRO episode_completed(status, done) AS status = 'completed' AND done IS NOT FALSE;
+
 CREATE OR REPLACE VIEW run_metrics AS
 WITH attempts AS MATERIALIZED (  -- read once by per_run and per_task; a run_id filter is pushed into it
     SELECT
@@ -33,7 +51,8 @@ WITH attempts AS MATERIALIZED (  -- read once by per_run and per_task; a run_id 
         e.termination_reason, e.model_steps, e.total_actions, e.protocol_errors, e.invalid_actions,
         e.tokens_in, e.tokens_out, e.duration_s,
         e.attempt = coalesce(r.last_attempt, 1) AS is_final,
-        e.attempt = coalesce(r.last_attempt, 1) AND e.status = 'completed' AS final_completed,
+        e.attempt = coalesce(r.last_attempt, 1) AND episode_completed(e.status, e.done) AS final_completed,
+        CASE WHEN e.reward_derived IS NOT TRUE THEN e.r_success END AS r_success_reported,
         e.r_loose,
         coalesce(e.r_strict, r_strict_of(e.r_type, e.r_att, e.r_option, e.r_price, e.reward)) AS r_strict,
         coalesce(e.r_success, r_success_of(e.r_type, e.r_att, e.r_option, e.r_price, e.reward)) AS r_success
@@ -46,10 +65,12 @@ per_run AS (
         run_id,
         count(CASE WHEN is_final THEN 1 END) AS episodes,
         count(CASE WHEN final_completed THEN 1 END) AS completed,
-        count(CASE WHEN is_final AND status = 'failed' THEN 1 END) AS failed,
+        count(CASE WHEN is_final AND NOT final_completed THEN 1 END) AS failed,
+        count(CASE WHEN final_completed THEN reward END) AS scored,
         avg(CASE WHEN final_completed THEN reward END) AS reward_mean,
         stddev_samp(CASE WHEN final_completed THEN reward END)
             / sqrt(count(CASE WHEN final_completed THEN reward END)) AS reward_sem,
+        avg(CASE WHEN final_completed THEN r_success_reported END) AS success_rate,
         avg(CASE WHEN final_completed THEN r_strict END) AS r_strict_mean,
         avg(CASE WHEN final_completed THEN r_loose END) AS r_loose_mean,
         avg(CASE WHEN final_completed THEN r_success END) AS r_success_mean,
@@ -61,10 +82,10 @@ per_run AS (
         avg(CASE WHEN final_completed THEN r_price END) AS r_price_mean,
         avg(CASE WHEN final_completed THEN total_actions END) AS mean_steps,
         avg(CASE WHEN final_completed THEN model_steps END) AS mean_model_steps,
-        CAST(sum(CASE WHEN is_final THEN protocol_errors END) AS DOUBLE)
-            / nullif(sum(CASE WHEN is_final THEN model_steps END), 0) AS protocol_error_rate,
-        CAST(sum(CASE WHEN is_final THEN invalid_actions END) AS DOUBLE)
-            / nullif(sum(CASE WHEN is_final THEN total_actions END), 0) AS invalid_action_rate,
+        sum(CASE WHEN final_completed THEN model_steps END) AS model_steps_total,
+        sum(CASE WHEN final_completed THEN protocol_errors END) AS protocol_errors_total,
+        sum(CASE WHEN final_completed THEN total_actions END) AS total_actions_total,
+        sum(CASE WHEN final_completed THEN invalid_actions END) AS invalid_actions_total,
         count(CASE WHEN final_completed AND termination_reason = 'purchase' THEN 1 END) AS n_purchase,
         count(CASE WHEN final_completed AND termination_reason = 'action_limit' THEN 1 END) AS n_action_limit,
         count(CASE WHEN final_completed AND termination_reason = 'generation_length' THEN 1 END)
@@ -113,14 +134,17 @@ final AS (
         r.checkpoint_id,
         r.split,
         r.source_format,
+        r.primary_reward,
         r.planned_episodes AS planned,
         coalesce(m.episodes, 0) AS episodes,
         coalesce(m.completed, 0) AS completed,
         coalesce(m.failed, 0) AS failed,
         r.planned_episodes - coalesce(m.completed, 0) - coalesce(m.failed, 0) AS missing,
         CAST(coalesce(m.completed, 0) AS DOUBLE) / nullif(r.planned_episodes, 0) AS coverage,
+        m.scored,
         m.reward_mean,
         m.reward_sem,
+        m.success_rate,
         m.r_strict_mean,
         m.r_loose_mean,
         m.r_success_mean,
@@ -136,8 +160,12 @@ final AS (
         p.pass_hat_k,
         m.mean_steps,
         m.mean_model_steps,
-        m.protocol_error_rate,
-        m.invalid_action_rate,
+        m.model_steps_total,
+        m.protocol_errors_total,
+        m.total_actions_total,
+        m.invalid_actions_total,
+        CAST(m.protocol_errors_total AS DOUBLE) / nullif(m.model_steps_total, 0) AS protocol_error_rate,
+        CAST(m.invalid_actions_total AS DOUBLE) / nullif(m.total_actions_total, 0) AS invalid_action_rate,
         CAST(m.n_purchase AS DOUBLE) / m.episodes AS share_purchase,
         CAST(m.n_action_limit AS DOUBLE) / m.episodes AS share_action_limit,
         CAST(m.n_generation_length AS DOUBLE) / m.episodes AS share_generation_length,
