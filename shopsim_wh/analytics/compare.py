@@ -86,16 +86,15 @@ def bootstrap_means(differences, samples: int, seed: int, summation: str = "neum
     out = np.empty(samples)
     done = 0
     for chunk in _draws(seed, n, samples * n, rows * n):
-        picked = values[chunk.reshape(-1, n)]
-        total = np.zeros(len(picked))
-        comp = np.zeros(len(picked))
-        for j in range(n):  # left to right, as sum() adds them
-            x = picked[:, j]
+        picked = np.ascontiguousarray(values[chunk.reshape(-1, n)].T)  # row j = the j-th draw of every resample
+        total = np.zeros(picked.shape[1])
+        comp = np.zeros(picked.shape[1])
+        for x in picked:  # left to right, as sum() adds them
             if summation == "sequential":
-                total = total + x
+                total += x
             else:  # CPython >= 3.12 sum(): Neumaier's compensated sum, compensation added at the end
                 t = total + x
-                comp = comp + np.where(np.abs(total) >= np.abs(x), (total - t) + x, (x - t) + total)
+                comp += np.where(np.abs(total) >= np.abs(x), (total - t) + x, (x - t) + total)
                 total = t
         if summation == "neumaier":
             total = np.where((comp != 0) & np.isfinite(comp), total + comp, total)
