@@ -53,6 +53,8 @@ def test_reproduces_the_published_comparison(wh, name):
     assert res["schema_version"] == "shopsimrl-paired-run-comparison-v1"
     assert res["paired"]["difference_direction"] == "equipped_minus_bare"
     assert res["alignment"]["traces"]["equipped_chunk_ids"] == BANK
+    assert "model_name" in res["alignment"]["plan"]["checked_fields"]
+    assert not any(f.startswith("skill") for f in res["alignment"]["plan"]["checked_fields"])
 
 
 def test_cli_json_and_table(wh):

@@ -178,7 +178,7 @@ def _skill_ids(rec: dict) -> list:
 
 def _align(con, bare: str, equipped: str) -> tuple[list, dict, dict, list]:
     try:
-        check_pairable(con, bare, equipped, allow_missing_checkpoint=True)
+        bare_row, _ = check_pairable(con, bare, equipped, allow_missing_checkpoint=True)
     except GateRefused as exc:
         raise ComparisonError(str(exc).replace("treatment", "equipped")) from exc
     n_skills = con.execute("SELECT count(*) FROM skills_selected WHERE run_id = ?", [equipped]).fetchone()[0]
@@ -205,7 +205,8 @@ def _align(con, bare: str, equipped: str) -> tuple[list, dict, dict, list]:
         elif ids != frozen:
             raise ComparisonError(f"equipped episode {k} got skills {ids}, not the frozen {frozen} of the first job; "
                                   "compare runs of one fixed skill bank (a masked run is for `shopsim-wh gate`)")
-    return keys, b, e, frozen or []
+    checked = sorted(k for k in json.loads(bare_row["fingerprint_fields"]) if not k.startswith("skill"))
+    return keys, b, e, frozen or [], checked
 
 
 def _absolute(con, run: str) -> dict:
@@ -238,7 +239,7 @@ def compare(con_or_warehouse, bare: str, equipped: str, samples: int = DEFAULT_S
         from ..db import connect
 
         con = connect(con_or_warehouse)
-    keys, b, e, frozen = _align(con, bare, equipped)
+    keys, b, e, frozen, checked = _align(con, bare, equipped)
     bm = {k: job_metrics(b[k]) for k in keys}
     em = {k: job_metrics(e[k]) for k in keys}
     names = sorted(set.intersection(*(set(bm[k]) & set(em[k]) for k in keys)))
@@ -261,7 +262,7 @@ def compare(con_or_warehouse, bare: str, equipped: str, samples: int = DEFAULT_S
         "created_at": datetime.now(UTC).isoformat(),
         "runs": {"bare": bare, "equipped": equipped},
         "alignment": {
-            "plan": {"status": "matched", "checked_fields": "runs.fingerprint_fields except skill*"},
+            "plan": {"status": "matched", "checked_fields": checked},
             "traces": {"status": "matched", "pairs": len(keys), "checked_fields": ["split", "task_id", "sample_id",
                                                                                  "status", "skill_ids"],
                        "equipped_chunk_ids": frozen},

@@ -122,9 +122,10 @@ class ContributionResult:
         b = self.bare_score
         aux = [m for m in ("r_strict", "r_success") if m in self.estimates]
         width = max(len("skill"), *(len(c) for c in self.columns))
+        mean = b.get("reward_mean")
         lines = [f"paired gate (strictly-positive-top-k): bare {self.bare_run} vs treatment {self.treatment_run}",
-                 f"bare run score (skill-free, unchanged): reward {b.get('reward_mean')} over {b.get('completed')} "
-                 f"completed of {b.get('planned')} planned",
+                 f"bare run score (skill-free, unchanged): reward {'-' if mean is None else f'{mean:.4f}'} over "
+                 f"{b.get('completed')} completed of {b.get('planned')} planned",
                  f"pairs {self.n_pairs} of {self.planned} planned   columns {len(self.columns)}   budget {self.budget}   "
                  f"estimator {ESTIMATOR}",
                  f"{'skill':<{width}} {'reward beta':>12} " + " ".join(f"{m:>12}" for m in aux) + f" {'rank':>5}  status"]
