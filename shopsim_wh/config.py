@@ -75,7 +75,16 @@ class Environment(_Strict):
 
 class Skills(_Strict):
     path: str | None = Field(None, description="JSON skill bank; null = no skills (required for the test split).")
-    mask_rate: float = Field(0.0, ge=0.0, lt=1.0, description="Seeded probability of leaving each skill out of an episode (masked rollouts for the gate).")
+    mask_rate: float = Field(0.0, ge=0.0, lt=1.0, description="Seeded probability of leaving each skill out of an episode (masked rollouts for the gate; shopsim-wh's own mode).")
+    mask_seed: int | None = Field(None, description="ShopSimRL's masks instead of mask_rate: each skill's presence is a hash of (mask_seed, split, task_id, sample_id, skill id) (ShopSimRL's default seed is 20260901; docs/gate.md). null = off.")
+    mask_rule: Literal["gate-a", "online"] = Field("gate-a", description="With mask_seed: `gate-a` = present iff the hash's first 8 bytes < 0.5 * 2**64 (cold-start Gate A); `online` = ShopSimRL's round gates (hash mod (versions + 1) per slot; a skill with `rewrites: <id>` shares that skill's slot).")
+
+    @field_validator("mask_seed")
+    @classmethod
+    def _one_mask_mode(cls, v, info):
+        if v is not None and (info.data.get("mask_rate") or 0) > 0:
+            raise ValueError("mask_rate and mask_seed are two masking modes; set only one (mask_rate: 0 with mask_seed)")
+        return v
 
 
 class Runtime(_Strict):

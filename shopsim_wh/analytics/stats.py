@@ -69,3 +69,65 @@ def t_cdf(t: float, df: float) -> float:
     """P(T <= t) for Student's t with ``df`` degrees of freedom."""
     half = 0.5 * t_two_sided_p(t, df)
     return 1.0 - half if t > 0 else half
+
+
+# ------------------------------------------------------------------ ShopSimRL parity (docs/gate.md)
+
+ZERO_TOLERANCE = 1e-12  # coefficients this close to 0 are reported as 0.0 (as ShopSimRL does)
+
+
+class RankDeficient(ArithmeticError):
+    """The normal equations have no unique solution."""
+
+
+def solve_exact(matrix: list[list[float]], rhs: list[float], rel_tol: float = 1e-12) -> list[float]:
+    """Solve ``matrix @ x = rhs`` by Gauss-Jordan elimination with partial pivoting in plain floats.
+
+    Column by column: the row with the largest absolute entry at or below the diagonal becomes the pivot
+    (the first such row on ties); a pivot of magnitude <= ``rel_tol * max(1, max |entry|)`` means the system is
+    rank deficient (:class:`RankDeficient`). The pivot row is divided by the pivot, then subtracted from every
+    other row with a non-zero entry in that column. Plain Python floats in this fixed order, so the result is
+    the same digits on every machine (numpy's LAPACK solve may differ in the last bits).
+    """
+    size = len(rhs)
+    if any(len(row) != size for row in matrix):
+        raise ValueError("solve_exact needs a square matrix with one row per right-hand side entry")
+    rows = [[float(v) for v in row] + [float(rhs[i])] for i, row in enumerate(matrix)]
+    biggest = max((abs(float(v)) for row in matrix for v in row), default=1.0)
+    tolerance = max(1.0, biggest) * rel_tol
+    for col in range(size):
+        pivot = col
+        for r in range(col + 1, size):
+            if abs(rows[r][col]) > abs(rows[pivot][col]):
+                pivot = r
+        if abs(rows[pivot][col]) <= tolerance:
+            raise RankDeficient(f"no usable pivot in column {col} (|pivot| <= {tolerance:g})")
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        top = rows[col]
+        p = top[col]
+        for j in range(col, size + 1):
+            top[j] /= p
+        for r in range(size):
+            if r == col:
+                continue
+            row = rows[r]
+            f = row[col]
+            if f == 0.0:
+                continue
+            for j in range(col, size + 1):
+                row[j] -= f * top[j]
+    return [rows[i][size] for i in range(size)]
+
+
+def percentile_linear(sorted_values, probability: float) -> float:
+    """The ``probability`` quantile of ascending ``sorted_values``, linear between the two closest ranks
+    (position ``probability * (n - 1)``; numpy's default 'linear' method)."""
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("percentile of no values")
+    pos = probability * (n - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    if lo == hi:
+        return float(sorted_values[lo])
+    w = pos - lo
+    return float(sorted_values[lo]) * (1.0 - w) + float(sorted_values[hi]) * w

@@ -1,7 +1,8 @@
-"""`gate`: the paired bare-vs-skill validation gate (exit code 0 pass, 1 fail)."""
+"""`gate`: the paired bare-vs-skill validation gate (exit code 0 pass, 1 fail); `compare`: bare vs equipped."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
@@ -9,19 +10,34 @@ import typer
 from ..warehouse import default_root
 from .options import WarehouseOpt
 
+RULES = ("significance", "strictly-positive-top-k")
+
 
 def gate(
     bare: Annotated[str, typer.Option("--bare", help="Run id of the skill-free run (an existing bare run can be reused).")],
     treatment: Annotated[str, typer.Option("--treatment", help="Run id of the (masked) skill run with the same jobs.")],
-    covariates: Annotated[list[str] | None, typer.Option("--covariates", "-c", help="Covariate: `skill:<id>` or a SQL expression over paired_deltas; repeatable. Default: one indicator per selected skill.")] = None,
-    bootstrap: Annotated[int, typer.Option(help="Paired bootstrap resamples for the confidence intervals.")] = 1000,
-    alpha: Annotated[float, typer.Option(help="Significance level.")] = 0.05,
+    rule: Annotated[str, typer.Option("--rule", help="significance (t test + bootstrap CI, shopsim-wh's own) or strictly-positive-top-k (ShopSimRL's: positive reward coefficients, best first, at most --budget).")] = "significance",
+    budget: Annotated[int, typer.Option(help="strictly-positive-top-k: most skills kept (ShopSimRL's active_skill_budget).")] = 10,
+    columns: Annotated[str | None, typer.Option("--columns", help="strictly-positive-top-k: comma-separated mask columns in order (default: the selected skills by id).")] = None,
+    covariates: Annotated[list[str] | None, typer.Option("--covariates", "-c", help="significance: covariate `skill:<id>` or a SQL expression over paired_deltas; repeatable. Default: one indicator per selected skill.")] = None,
+    bootstrap: Annotated[int, typer.Option(help="significance: paired bootstrap resamples for the confidence intervals.")] = 1000,
+    alpha: Annotated[float, typer.Option(help="significance: significance level.")] = 0.05,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
     allow_missing_checkpoint: Annotated[bool, typer.Option("--allow-missing-checkpoint", help="Pair runs without model.checkpoint_id.")] = False,
-    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    seed: Annotated[int, typer.Option(help="significance: bootstrap seed.")] = 0,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Fit R_i - B_i = C_i' beta + e_i over paired episodes and decide pass/fail."""
+    if rule not in RULES:
+        raise typer.BadParameter(f"--rule must be one of {', '.join(RULES)}, not {rule!r}")
+    if rule == "strictly-positive-top-k":
+        from ..analytics.contributions import contributions
+
+        cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+        res = contributions(default_root(warehouse), bare, treatment, budget=budget, columns=cols,
+                            allow_missing_checkpoint=allow_missing_checkpoint)
+        typer.echo(res.to_json() if fmt == "json" else res.to_table())
+        raise typer.Exit(0 if res.passed else 1)
     from ..analytics.gate import gate as run_gate
 
     result = run_gate(default_root(warehouse), bare, treatment, covariates=covariates or None, bootstrap=bootstrap,
@@ -30,5 +46,25 @@ def gate(
     raise typer.Exit(0 if result.passed else 1)
 
 
+def compare(
+    bare: Annotated[str, typer.Argument(help="Run id of the skill-free run.")],
+    equipped: Annotated[str, typer.Argument(help="Run id of the run with one fixed skill bank, same jobs.")],
+    samples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed (hashed with each metric's name).")] = 20260901,
+    confidence: Annotated[float, typer.Option(help="Confidence level of the interval.")] = 0.95,
+    summation: Annotated[str, typer.Option(help="How a resample's sum is added: neumaier (CPython >= 3.12 sum(), what ShopSimRL's published numbers match) or sequential (CPython <= 3.11).")] = "neumaier",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table or json (ShopSimRL's comparison.json shape).")] = "table",
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Equipped minus bare per metric, with a task-level paired percentile bootstrap interval."""
+    from ..analytics.compare import compare as run_compare
+    from ..analytics.compare import to_table
+
+    res = run_compare(default_root(warehouse), bare, equipped, samples=samples, seed=seed,
+                      confidence_level=confidence, summation=summation)
+    typer.echo(json.dumps(res, indent=2, allow_nan=False) if fmt == "json" else to_table(res))
+
+
 def register(app: typer.Typer) -> None:
     app.command()(gate)
+    app.command()(compare)
