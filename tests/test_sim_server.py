@@ -15,12 +15,12 @@ import pytest
 
 import shopsim_wh.sim
 from shopsim_wh.sim.server import create_app
-from shopsim_wh.sim.tasks import generate_tasks, load_default_split_manifest
+from shopsim_wh.sim.tasks import default_task_ids, generate_tasks
 
 from .conftest import run_in_app
 
 TASKS = generate_tasks(0)
-TASK = TASKS.by_id[load_default_split_manifest()["val"][0]]
+TASK = TASKS.by_id[default_task_ids("val")[0]]
 SIG = TASK.goal.goal_signature
 
 

@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--capacity", type=int, default=256)
     s.add_argument("--lease-ttl", type=float, default=600.0, help="idle seconds before a lease expires")
     s.add_argument("--action-limit", type=int, default=15, help="default per-episode action limit")
-    sub.add_parser("write-splits", help="regenerate shopsim_wh/sim/data/splits.v1.json (seed 0)")
+    sub.add_parser("write-splits", help="regenerate shopsim_wh/sim/data/persona_splits.v1.json (seed 0)")
     args = parser.parse_args(argv)
     if args.command == "serve":
         serve(host=args.host, port=args.port, seed=args.seed, capacity=args.capacity,
