@@ -462,10 +462,10 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
                 st.t_obs.append((eid, attempt, "main", i, tc.get("id") if tc else None, "environment",
                                  env.get("observation"), _jb(estate),
                                  estate.get("page") if isinstance(estate, dict) else None,
-                                 (not valid) if valid is not None else None, env.get("reward"), env.get("done")))
+                                 (not valid) if valid is not None else None, env.get("reward"), None, env.get("done")))
             elif pe:
                 st.t_obs.append((eid, attempt, "main", i, tc.get("id") if tc else None, "error",
-                                 s.get("protocol_feedback"), None, None, True, None, None))
+                                 s.get("protocol_feedback"), None, None, True, None, None, None))
     # skills
     for sk in rec.get("selected_skills") or []:
         if set(sk) - SKILL_KEYS:
