@@ -11,6 +11,7 @@ from shopsim_wh import runner
 from shopsim_wh.config import load_config
 from shopsim_wh.db import connect
 from shopsim_wh.errors import FingerprintMismatch, TestSplitGuard
+from shopsim_wh.sim.policy import FAILURE_KINDS
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.sim.tasks import generate_tasks
 
@@ -59,7 +60,8 @@ def test_demo_run_lands_every_table_consistently(tmp_path, warehouse):
                                        ("malformed_arguments", "invalid_arguments"), ("unknown_tool", "unknown_tool")])
 def test_each_protocol_error_consumes_budget_and_is_recorded(tmp_path, warehouse, kind, code):
     _run(tmp_path, warehouse, tasks={"sample_size": 2}, runtime={"action_limit": 3},
-         model={"extra_body": {"scripted_policy": {"failure_rates": {kind: 1.0}}}})
+         # only this kind: the profile's small base rates of the other kinds are switched off
+         model={"extra_body": {"scripted_policy": {"failure_rates": {**dict.fromkeys(FAILURE_KINDS, 0.0), kind: 1.0}}}})
     con = connect(warehouse)
     eps = con.execute("select termination_reason, model_steps, protocol_errors, total_actions, reward, status from episodes").fetchall()
     assert eps == [("protocol_budget", 3, 3, 0, 0.0, "completed")] * 2
