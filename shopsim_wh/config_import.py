@@ -203,9 +203,9 @@ def convert(raw: dict, base: Path, *, source_name: str = "config", prompt_sink=c
         if value is REQUIRED:
             continue
         if value is None and default is None:
-            if theirs == "model.top_p" and k in secs[s]:
-                notes.append("model.top_p: null (the original sends no top_p) -> this build's model.sampling.top_p "
-                             "default is used")
+            if theirs == "model.top_p":
+                notes.append("model.top_p: null or absent (the original sends no top_p) -> this build's "
+                             "model.sampling.top_p default is used")
             continue
         put(ours, copy.deepcopy(value), theirs)
     for ours, value in CONSTANT.items():
@@ -216,7 +216,10 @@ def convert(raw: dict, base: Path, *, source_name: str = "config", prompt_sink=c
     persona = get("environment.persona")
     if persona not in (True, False, None):
         raise ConfigError("environment.persona must be true, false or null")
-    manifest = load_split_manifest(split_file)
+    try:
+        manifest = load_split_manifest(split_file)
+    except ConfigError as exc:  # name the key as the file spells it
+        raise ConfigError(str(exc).replace("tasks.split_manifest", "tasks.split_file")) from None
     split = str(get("tasks.split"))
     manifest.task_ids(split)  # an unknown split name is an error that lists the file's split names
     flag = manifest.persona.get(split)

@@ -329,3 +329,9 @@ def test_dotenv_is_read_for_the_key_only_at_run_time_and_never_stored(tmp_path, 
     (tmp_path / ".env").write_text("OTHER=1\n")
     with pytest.raises(ConfigError, match=r"does not set it"):
         cfg.api_key()
+
+
+def test_a_missing_split_file_is_named_as_the_original_spells_it(tmp_path):
+    path = original_yaml(tmp_path, tasks={"split_file": "../nope.json"})
+    with pytest.raises(ConfigError, match=r"\(ShopSimRL format\): tasks\.split_file: .*nope\.json not found"):
+        load_config(path)

@@ -47,7 +47,7 @@ def ingest(
 
 
 def dump(
-    episode_id: Annotated[str, typer.Argument(help="Episode id (e.g. task-1234__sample-0 or a session id).")],
+    episode_id: Annotated[str, typer.Argument(help="Episode id (e.g. task-001234__sample-000 or a session id).")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="shopsimrl-v4 or atif.")] = "shopsimrl-v4",
     warehouse: WarehouseOpt = None,
     run_id: Annotated[str | None, typer.Option("--run", help="Run id, when the episode id exists in several runs.")] = None,
