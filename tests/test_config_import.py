@@ -323,6 +323,8 @@ def test_dotenv_is_read_for_the_key_only_at_run_time_and_never_stored(tmp_path, 
 
     assert "SHOPSIM_TEST_KEY" not in os.environ and "OTHER" not in os.environ
     assert secret not in config_json(cfg) and secret not in repr(cfg)
+    text, _ = import_file(path, tmp_path / "converted.yaml")
+    assert secret not in text and yaml.safe_load(text)["experiment"]["dotenv"] == ".env"
     monkeypatch.setenv("SHOPSIM_TEST_KEY", "from-env")
     assert cfg.api_key() == "from-env"  # the environment wins, as in the original (setdefault)
     monkeypatch.delenv("SHOPSIM_TEST_KEY")
@@ -335,3 +337,29 @@ def test_a_missing_split_file_is_named_as_the_original_spells_it(tmp_path):
     path = original_yaml(tmp_path, tasks={"split_file": "../nope.json"})
     with pytest.raises(ConfigError, match=r"\(ShopSimRL format\): tasks\.split_file: .*nope\.json not found"):
         load_config(path)
+
+
+def test_run_accepts_an_original_yaml_and_lands_the_original_jobs(tmp_path):
+    """`shopsim-wh run ORIGINAL.yaml` end to end, on the embedded servers (the original's keys point at them)."""
+    from shopsim_wh.db import connect
+
+    raw = yaml.safe_load(original_yaml(tmp_path).read_text())
+    raw["tasks"].update(sample_size=3, repeats=2)
+    raw["environment"]["base_url"] = "embedded"
+    raw["model"].update(name="scripted-strong", base_url="embedded", api_key_env=None)
+    path = tmp_path / "configs" / "embedded.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    (tmp_path / "persona_splits.v1.json").write_text(  # the copy sits where split_file points
+        (REPO / "shopsim_wh" / "sim" / "data" / "persona_splits.v1.json").read_text())
+    done = subprocess.run([*CLI, "run", str(path), "-w", str(tmp_path / "wh")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    ids = load_default_split_manifest()["splits"]["val"]["task_ids"]
+    want = original_jobs(ids, "val", 20260829, 3, 2)
+    con = connect(tmp_path / "wh")
+    rows = con.execute("SELECT episode_id, task_id, sample_id, seed, split FROM episodes WHERE run_id = ? "
+                       "ORDER BY episode_id", ["qwen35-4b-val"]).fetchall()
+    assert rows == sorted(want)
+    steps = con.execute("SELECT e.seed, s.step_idx, s.step_seed FROM steps s JOIN episodes e USING (run_id, episode_id)"
+                        ).fetchall()
+    assert steps and all(step_seed == seed + idx for seed, idx, step_seed in steps)
