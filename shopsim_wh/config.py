@@ -5,6 +5,7 @@ The keys below are the public contract (docs/config.md is generated from these m
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -13,7 +14,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import config_import
 from .errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 EMBEDDED = "embedded"
 
@@ -24,7 +28,8 @@ class _Strict(BaseModel):
 
 class Experiment(_Strict):
     name: str = Field(description="Experiment name; also the warehouse run_id. Letters, digits, '.', '_', '-'.")
-    seed: int = Field(0, description="Experiment seed: episode seeds are stable hashes of it, the task id and the sample id.")
+    seed: int = Field(0, description="Experiment seed: it draws `tasks.sample_size` tasks and, hashed with the task id and sample id, gives every episode its seed (ShopSimRL's rules).")
+    dotenv: str | None = Field(None, description="A dotenv file (relative to the config) to read `model.api_key_env` from when that variable is not set; only that variable is read, at run time, and never stored.")
 
     @field_validator("name")
     @classmethod
@@ -35,10 +40,10 @@ class Experiment(_Strict):
 
 
 class Tasks(_Strict):
-    split_manifest: str | None = Field(None, description="Path to a split manifest JSON; null = the embedded simulator's frozen manifest.")
-    split: Literal["train", "val", "test"] = Field("val", description="Which split to sample tasks from.")
-    sample_size: int | None = Field(None, ge=1, description="Number of tasks drawn (deterministically, seeded) from the split; null = all.")
-    repeats: int = Field(1, ge=1, description="Independent samples per task (sample_id 0..repeats-1).")
+    split_manifest: str | None = Field(None, description="Split file: ShopSimRL's `shopsimrl-persona-splits-v1` (checksums verified), any `splits` mapping of that runtime, or flat train/val/test lists; null = the embedded simulator's frozen persona-splits-v1 file.")
+    split: str = Field("val", description="Name of the split to take tasks from (`train`, `val`, `test`, or any split the file names).")
+    sample_size: int | None = Field(None, ge=1, description="Draw this many tasks with `random.Random(experiment.seed).sample` (in the order drawn); null = every task of the split in file order.")
+    repeats: int = Field(1, ge=1, description="Samples per task (sample_id 0..repeats-1); episode ids are `task-{task_id:06d}__sample-{sample_id:03d}`.")
 
 
 class Sampling(_Strict):
@@ -107,23 +112,42 @@ class Config(_Strict):
     prompt_template: str | None = Field(None, description="Path to a system prompt template; null = the built-in one.")
 
     def api_key(self) -> str | None:
-        """Read the key from the named variable at call time; it is never stored on the model."""
-        if not self.model.api_key_env:
+        """Read the key from the named variable (else from experiment.dotenv) at call time; it is never stored."""
+        name = self.model.api_key_env
+        if not name:
             return None
-        key = os.environ.get(self.model.api_key_env)
+        key = os.environ.get(name) or (dotenv_value(self.experiment.dotenv, name) if self.experiment.dotenv else None)
         if not key:
+            where = f" and {self.experiment.dotenv} does not set it" if self.experiment.dotenv else ""
             raise ConfigError(
-                f"model.api_key_env names {self.model.api_key_env!r} but that environment variable is empty; "
-                f"export {self.model.api_key_env}=... or set model.api_key_env: null for servers without auth"
+                f"model.api_key_env names {name!r} but that environment variable is empty{where}; "
+                f"export {name}=... or set model.api_key_env: null for servers without auth"
             )
         return key
+
+
+def dotenv_value(path: str, name: str) -> str | None:
+    """The value of ``name`` in a dotenv file (``NAME=value``, optional ``export``, quotes stripped); nothing else is read out."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigError(f"experiment.dotenv: {path} not found; create it or remove experiment.dotenv") from None
+    value = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, raw = line.partition("=")
+        if key.removeprefix("export ").strip() == name:
+            value = raw.strip().strip('"').strip("'")
+    return value
 
 
 def _resolve(base: Path, value: str | None) -> str | None:
     if value is None or value == EMBEDDED:
         return value
     p = Path(value)
-    return str(p if p.is_absolute() else (base / p))
+    return os.path.normpath(p if p.is_absolute() else (base / p))
 
 
 def load_config(path: str | os.PathLike) -> Config:
@@ -136,13 +160,30 @@ def load_config(path: str | os.PathLike) -> Config:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    base = path.resolve().parent
+    origin: dict[str, str] = {}
+    try:
+        original = config_import.is_original(raw)
+        imported = config_import.convert(raw, base, source_name=path.stem) if original else None
+    except ConfigError as exc:
+        raise ConfigError(f"{path} (ShopSimRL format): {exc}") from None
+    if imported is not None:  # a ShopSimRL experiment YAML, converted (docs/config_import.md)
+        for note in imported.notes:
+            log.warning("%s: %s", path, note)
+        raw, origin = imported.config, imported.origin
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as exc:
-        msgs = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        msgs = []
+        for e in exc.errors():
+            key = ".".join(str(p) for p in e["loc"])
+            came = next((f" (from {o})" for k, o in origin.items() if key == k or key.startswith(k + ".")), "")
+            msgs.append(f"  {key}{came}: {e['msg']}")
         raise ConfigError(f"{path} has invalid settings:\n" + "\n".join(msgs)) from None
-    base = path.resolve().parent
     cfg.tasks.split_manifest = _resolve(base, cfg.tasks.split_manifest)
     cfg.skills.path = _resolve(base, cfg.skills.path)
     cfg.prompt_template = _resolve(base, cfg.prompt_template)
+    cfg.experiment.dotenv = _resolve(base, cfg.experiment.dotenv)
+    if cfg.experiment.dotenv and not Path(cfg.experiment.dotenv).is_file():
+        raise ConfigError(f"{path}: experiment.dotenv: {cfg.experiment.dotenv} not found; create it or remove the key")
     return cfg

@@ -1,23 +1,27 @@
-"""Frozen task splits → a deterministic job list (seed 000 §5.1).
+"""A task split → the deterministic job list, by ShopSimRL's rules (`shopsimrl/evaluation.py`).
 
-A job is (task_id, sample_id, seed, split); ``episode_id = task-{task_id}__sample-{sample_id}``;
-the episode seed is a stable hash of the experiment seed, task id and sample id, and every model
-call gets a step seed derived from the episode seed.
+* Tasks: the split's ids in file order; with ``sample_size``, ``random.Random(seed).sample(ids, sample_size)``
+  in the order drawn (neither the ids nor the draw are sorted).
+* Jobs: for each task in that order, ``sample_id in range(repeats)``; ``split`` is the split's name.
+* ``episode_id = task-{task_id:06d}__sample-{sample_id:03d}``.
+* Episode seed: the first 4 bytes, big-endian, of ``sha256(f"{seed}:{task_id}:{sample_id}")``; the model
+  seed of a turn is the episode seed plus the turn's 0-based index (``step_index - 1`` of a 1-based step).
+
+Split manifests are read by :mod:`shopsim_wh.splits` (re-exported here).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import random
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from .errors import ConfigError
+from .splits import SPLITS, SplitManifest, load_split_manifest, task_ids_sha256
 
-log = logging.getLogger(__name__)
-SPLITS = ("train", "val", "test")
+__all__ = ["SPLITS", "EpisodeJob", "SplitManifest", "build_jobs", "episode_seed", "load_split_manifest",
+           "select_tasks", "sha256_json", "stable_hash", "task_ids_sha256"]
 
 
 def stable_hash(*parts: object, bits: int = 63) -> int:
@@ -29,6 +33,11 @@ def sha256_json(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
 
 
+def episode_seed(seed: int, task_id: int, sample_id: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{task_id}:{sample_id}".encode("ascii")).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
 @dataclass(frozen=True)
 class EpisodeJob:
     task_id: int
@@ -38,70 +47,34 @@ class EpisodeJob:
 
     @property
     def episode_id(self) -> str:
-        return f"task-{self.task_id}__sample-{self.sample_id}"
+        return f"task-{self.task_id:06d}__sample-{self.sample_id:03d}"
 
     def step_seed(self, step_idx: int) -> int:
-        return stable_hash(self.seed, "step", step_idx, bits=31)
+        """Model seed of the turn with 0-based index ``step_idx`` (1-based step ``step_idx + 1``)."""
+        return self.seed + step_idx
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class SplitManifest:
-    version: str
-    splits: dict[str, list[int]]
-    content_hash: str
-    legacy_range: bool = False
+def select_tasks(task_ids: list[int], sample_size: int | None, seed: int) -> list[int]:
+    """The split's tasks, or a seeded draw of ``sample_size`` of them in the order drawn."""
+    if sample_size is None:
+        return list(task_ids)
+    if not 0 < sample_size <= len(task_ids):
+        raise ConfigError(f"tasks.sample_size={sample_size} must be in [1, {len(task_ids)}] (the split's task count)")
+    return random.Random(seed).sample(list(task_ids), sample_size)
 
 
-def load_split_manifest(path: str | None) -> SplitManifest:
-    """Explicit task-id lists (normal) or the legacy ``task_nums`` + range form (warns: no holes)."""
-    if path is None:
-        from .sim.tasks import load_default_split_manifest
-
-        doc = load_default_split_manifest()
-    else:
-        try:
-            doc = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"tasks.split_manifest: {path} not found") from None
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"tasks.split_manifest: {path} is not valid JSON ({exc})") from None
-    legacy = "task_nums" in doc
-    if legacy:
-        log.warning(
-            "split manifest %s uses the legacy task_nums + range form, which cannot express holes in task ids; "
-            "convert it to explicit train/val/test id lists", path)
-        splits, start = {}, int(doc.get("start", 0))
-        for name in SPLITS:
-            n = int(doc["task_nums"].get(name, 0))
-            splits[name] = list(range(start, start + n))
-            start += n
-    else:
-        missing = [s for s in SPLITS if s not in doc]
-        if missing:
-            raise ConfigError(f"split manifest {path or '(embedded)'} lacks split(s) {missing}")
-        splits = {s: [int(t) for t in doc[s]] for s in SPLITS}
-    seen: dict[int, str] = {}
-    for name, ids in splits.items():
-        for t in ids:
-            if t in seen:
-                raise ConfigError(f"split manifest: task {t} is in both {seen[t]!r} and {name!r}")
-            seen[t] = name
-    return SplitManifest(str(doc.get("version", "unversioned")), splits, sha256_json(splits), legacy)
-
-
-def build_jobs(manifest: SplitManifest, split: str, sample_size: int | None, repeats: int, experiment_seed: int) -> list[EpisodeJob]:
-    ids = sorted(manifest.splits[split])
+def build_jobs(manifest: SplitManifest, split: str, sample_size: int | None, repeats: int,
+               experiment_seed: int) -> list[EpisodeJob]:
+    ids = manifest.task_ids(split)
     if not ids:
-        raise ConfigError(f"split {split!r} of the manifest is empty")
-    if sample_size is not None:
-        if sample_size > len(ids):
-            raise ConfigError(f"tasks.sample_size={sample_size} exceeds the {len(ids)} tasks of split {split!r}")
-        ids = sorted(random.Random(stable_hash(experiment_seed, "sample", split)).sample(ids, sample_size))
+        raise ConfigError(f"split {split!r} of the manifest is empty; choose a split with tasks")
+    if repeats < 1:
+        raise ConfigError(f"tasks.repeats={repeats} must be at least 1")
     return [
-        EpisodeJob(t, s, stable_hash(experiment_seed, t, s), split)
-        for t in ids
+        EpisodeJob(t, s, episode_seed(experiment_seed, t, s), split)
+        for t in select_tasks(ids, sample_size, experiment_seed)
         for s in range(repeats)
     ]

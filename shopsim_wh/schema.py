@@ -69,7 +69,7 @@ def C(name: str, type_: pa.DataType, doc: str, nullable: bool = True) -> Column:
 
 
 EPISODE_KEY = (
-    C("episode_id", S, "Episode identity: `task-{task_id}__sample-{sample_id}` for shop runs, the source's own id for ingested traces.", False),
+    C("episode_id", S, "Episode identity: `task-{task_id:06d}__sample-{sample_id:03d}` for shop runs (ShopSimRL's form), the source's own id for ingested traces.", False),
     C("attempt", I16, "Try number of this episode within the run (1-based); the `episodes` view keeps the last.", False),
 )
 AGENT_KEY = (C("agent_id", S, "Agent within the episode: `main` for the root agent, else a stable sub-agent id.", False),)
@@ -137,7 +137,7 @@ _register(_table(
     C("experiment", S, "Experiment name (denormalised from `runs`)."),
     C("task_id", I64, "Task identity (explicit, non-contiguous)."),
     C("sample_id", I32, "Independent sample number of the same task (0-based)."),
-    C("seed", I64, "Episode seed: stable hash of experiment seed, task id and sample id."),
+    C("seed", I64, "Episode seed: first 4 bytes (big-endian) of sha256(\"{experiment seed}:{task_id}:{sample_id}\"), as ShopSimRL."),
     C("split", S, "Split of the task."),
     C("status", S, "`completed` or `failed` (infrastructure failure: see `failures`; never a reward of 0)."),
     C("done", B, "The environment said the episode ended."),
@@ -217,7 +217,7 @@ _register(_table(
     C("raw_response", S, "JSON: the raw response for protocol-error and policy-failure steps."),
     C("response_id", S, "Server response id."),
     C("model", S, "Model that answered."),
-    C("step_seed", I64, "Seed sent with the request."),
+    C("step_seed", I64, "Model seed of the turn: episode seed + step_idx (ShopSimRL: + step_index - 1)."),
     C("tokens_in", I64, "usage.prompt_tokens."),
     C("tokens_out", I64, "usage.completion_tokens."),
     C("latency_ms", F64, "Model call latency in ms."),

@@ -39,11 +39,11 @@ def test_jobs_are_deterministic_and_seeds_stable():
     a = build_jobs(m, "val", 10, 3, experiment_seed=7)
     b = build_jobs(m, "val", 10, 3, experiment_seed=7)
     assert a == b and len(a) == 30
-    assert a[0].episode_id == f"task-{a[0].task_id}__sample-0"
-    assert len({j.seed for j in a}) == 30
+    assert a[0].episode_id == f"task-{a[0].task_id:06d}__sample-000" and a[1].episode_id.endswith("__sample-001")
+    assert EpisodeJob(1982, 0, 1, "val").episode_id == "task-001982__sample-000"
+    assert len({j.seed for j in a}) == 30 and all(0 <= j.seed < 2**32 for j in a)
     assert build_jobs(m, "val", 10, 3, experiment_seed=8) != a
-    assert EpisodeJob(5, 1, 99, "val").step_seed(3) == EpisodeJob(5, 1, 99, "val").step_seed(3)
-    assert EpisodeJob(5, 1, 99, "val").step_seed(3) != EpisodeJob(5, 1, 99, "val").step_seed(4)
+    assert EpisodeJob(5, 1, 99, "val").step_seed(0) == 99 and EpisodeJob(5, 1, 99, "val").step_seed(3) == 102
     # explicit ids with holes are kept as they are
     ids = sorted(m.splits["val"])
     assert any(b - a > 1 for a, b in zip(ids, ids[1:], strict=False))

@@ -64,7 +64,8 @@ def test_demo_run_lands_every_table_consistently(tmp_path, warehouse):
     ("malformed_arguments", "invalid_arguments_json", "user"), ("unknown_tool", "unavailable_tool", "tool")])
 def test_each_protocol_error_counts_as_a_turn_and_is_recorded(tmp_path, warehouse, kind, code, feedback_role):
     _run(tmp_path, warehouse, tasks={"sample_size": 2}, runtime={"max_steps": 3},
-         model={"extra_body": {"scripted_policy": {"failure_rates": {kind: 1.0}}}})
+         # only this kind: the profile's small base rates of the other kinds are switched off
+         model={"extra_body": {"scripted_policy": {"failure_rates": {**dict.fromkeys(FAILURE_KINDS, 0.0), kind: 1.0}}}})
     con = connect(warehouse)
     eps = con.execute("select termination_reason, model_steps, protocol_errors, total_actions, reward, status from episodes").fetchall()
     assert eps == [("action_limit", 3, 3, 0, 0.0, "completed")] * 2

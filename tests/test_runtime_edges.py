@@ -17,12 +17,12 @@ from shopsim_wh.model import ChatModel
 from shopsim_wh.prompts import PromptBuilder
 from shopsim_wh.runtime import AgentRuntime
 from shopsim_wh.sim.server import create_app
-from shopsim_wh.sim.tasks import load_default_split_manifest
+from shopsim_wh.sim.tasks import default_task_ids
 
 from .conftest import serve_asgi
 from .helpers import Tap, write_config
 
-TASK = load_default_split_manifest()["val"][0]
+TASK = default_task_ids("val")[0]
 
 
 class Recorder(Tap):

@@ -13,12 +13,12 @@ from shopsim_wh.sim import policy as policy_mod
 from shopsim_wh.sim import shopper as shopper_mod
 from shopsim_wh.sim.policy import FAILURE_KINDS, PROFILES, PolicyConfig, effective_params
 from shopsim_wh.sim.server import create_app
-from shopsim_wh.sim.tasks import generate_tasks, load_default_split_manifest
+from shopsim_wh.sim.tasks import default_task_ids, generate_tasks
 
 from .conftest import run_in_app
 
 TASKS = generate_tasks(0)
-VAL = load_default_split_manifest()["val"]
+VAL = default_task_ids("val")
 SYSTEM = "You are a shopping assistant. Call exactly one tool per turn."
 SKILL = "Skill: select every option the instruction names (size, color, ...) before you click Buy Now."
 PLACEBO = "Be polite and concise in your reasoning."

@@ -17,12 +17,12 @@ import pytest
 
 import shopsim_wh.sim
 from shopsim_wh.sim.server import create_app
-from shopsim_wh.sim.tasks import generate_tasks, load_default_split_manifest
+from shopsim_wh.sim.tasks import default_task_ids, generate_tasks
 
 from .conftest import run_in_app
 
 TASKS = generate_tasks(0)
-TASK = TASKS.by_id[load_default_split_manifest()["val"][0]]
+TASK = TASKS.by_id[default_task_ids("val")[0]]
 SIG = TASK.goal.goal_signature
 RESET = {"action": "reset", "if_persona": False, "include_private_goal": False, "interaction_mode": "single_turn"}
 REASONS = {"executed", "invalid_format", "multiple_actions_not_allowed", "empty_argument", "search_unavailable",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -12,12 +13,15 @@ from shopsim_wh.sim import text
 from shopsim_wh.sim.catalog import generate_catalog, make_price
 from shopsim_wh.sim.tasks import (
     default_split_manifest_path,
+    default_task_ids,
     dump_split_manifest,
+    embedded_persona_splits,
     generate_split_manifest,
     generate_tasks,
     load_default_split_manifest,
     task_groups,
 )
+from shopsim_wh.splits import dump_persona_splits
 
 
 def test_catalog_shape_and_fields():
@@ -100,13 +104,18 @@ def test_tasks_shape_ids_have_holes_and_private_goal_stays_private():
 def test_shipped_split_manifest_equals_regeneration():
     shipped = load_default_split_manifest()
     regenerated = generate_split_manifest(0)
-    assert shipped == regenerated
-    assert default_split_manifest_path().read_text(encoding="utf-8") == dump_split_manifest(regenerated)
-    assert set(shipped) == {"version", "train", "val", "test"} and shipped["version"] == "shopsim-splits.v1"
+    assert shipped == embedded_persona_splits(0)
+    assert default_split_manifest_path().read_text(encoding="utf-8") == dump_persona_splits(embedded_persona_splits(0))
+    assert shipped["schema_version"] == "shopsimrl-persona-splits-v1" and set(shipped["splits"]) == {"train", "val", "test"}
+    for name in ("train", "val", "test"):  # the same ids as the flat generator's, with a valid count and checksum
+        rec = shipped["splits"][name]
+        assert rec["task_ids"] == regenerated[name] and rec["task_count"] == len(regenerated[name])
+        assert rec["task_ids_sha256"] == hashlib.sha256(json.dumps(regenerated[name]).replace(" ", "").encode()).hexdigest()
+    assert dump_split_manifest(regenerated).startswith('{\n  "version": "shopsim-splits.v1",')
 
 
 def test_splits_are_grouped_and_roughly_80_10_10():
-    m = load_default_split_manifest()
+    m = {s: default_task_ids(s) for s in ("train", "val", "test")}
     ts = generate_tasks(0)
     all_ids = m["train"] + m["val"] + m["test"]
     assert sorted(all_ids) == [t.task_id for t in ts.tasks]  # a partition of every task

@@ -18,7 +18,7 @@ from shopsim_wh.warehouse import StagedFile, Warehouse, stage_parquet
 
 
 def _batch(run_id: str, i: int, n_steps: int = 3):
-    ep = f"task-{i}__sample-0"
+    ep = f"task-{i:06d}__sample-000"
     return [
         ("episodes", run_id, to_arrow("episodes", [{"episode_id": ep, "attempt": 1, "status": "completed", "reward": 1.0}])),
         ("steps", run_id, to_arrow("steps", [{"episode_id": ep, "attempt": 1, "agent_id": "main", "step_idx": s}

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--capacity", type=int, default=20, help="environment slots (resets wait while all are leased)")
     s.add_argument("--show-attrs", action="store_true", help="offer the attributes subpage on product pages")
-    sub.add_parser("write-splits", help="regenerate shopsim_wh/sim/data/splits.v1.json (seed 0)")
+    sub.add_parser("write-splits", help="regenerate shopsim_wh/sim/data/persona_splits.v1.json (seed 0)")
     args = parser.parse_args(argv)
     if args.command == "serve":
         serve(host=args.host, port=args.port, seed=args.seed, capacity=args.capacity, show_attrs=args.show_attrs)

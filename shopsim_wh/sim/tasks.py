@@ -7,8 +7,9 @@ text, so a scan of written files for it proves the private goal never leaked.
 Task IDs are explicit and have holes (a seeded sample of a larger ID space): never derive them from a range.
 
 The split manifest groups tasks with union-find over shared goal product, instruction text and persona, and
-assigns whole groups to ``train`` / ``val`` / ``test`` (about 80/10/10). The manifest of seed 0 ships as
-``shopsim_wh/sim/data/splits.v1.json``; ``generate_split_manifest(0)`` reproduces it.
+assigns whole groups to ``train`` / ``val`` / ``test`` (about 80/10/10). The split of seed 0 ships as
+``shopsim_wh/sim/data/persona_splits.v1.json`` in ShopSimRL's ``shopsimrl-persona-splits-v1`` schema;
+``embedded_persona_splits(0)`` reproduces it from ``generate_split_manifest(0)``.
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ def generate_split_manifest(seed: int = 0, val_frac: float = 0.1, test_frac: flo
 
 
 def dump_split_manifest(manifest: dict) -> str:
-    """Stable text form: one key per line, each ID list on one line."""
+    """Stable text form of the flat manifest: one key per line, each ID list on one line."""
     lines = ["{", f'  "version": {json.dumps(manifest["version"])},']
     for i, name in enumerate(("train", "val", "test")):
         comma = "," if i < 2 else ""
@@ -243,17 +244,49 @@ def dump_split_manifest(manifest: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------ the shipped split file (persona-splits-v1)
+
+DEFAULT_SPLITS_FILE = "persona_splits.v1.json"
+SPLIT_POLICY_VERSION = "shopsim-wh-embedded-linked-groups-v1"
+
+
+def embedded_persona_splits(seed: int = 0) -> dict:
+    """``generate_split_manifest(seed)`` as a ``shopsimrl-persona-splits-v1`` document (same task ids)."""
+    from shopsim_wh.splits import persona_splits_document
+
+    flat = generate_split_manifest(seed)
+    tasks = generate_tasks(seed).tasks
+    split_of = {t: name for name in ("train", "val", "test") for t in flat[name]}
+    groups: dict[str, list[list[int]]] = {"train": [], "val": [], "test": []}
+    for group in task_groups(tasks):
+        groups[split_of[group[0]]].append(group)
+    policy = {"version": SPLIT_POLICY_VERSION, "seed": seed, "allocation_order": ["val", "test", "train"],
+              "validation_fraction": 0.1, "test_fraction": 0.1, "group_keys": ["asin", "instruction", "persona"],
+              "flat_manifest_version": flat["version"]}
+    source = {"generator": "shopsim_wh.sim.tasks.generate_split_manifest", "catalog_seed": seed,
+              "task_count": len(tasks), "id_semantics": "IDs are a seeded sample of a larger space; gaps are intentional"}
+    return persona_splits_document(flat, persona=True, policy=policy, source=source, groups=groups)
+
+
 def default_split_manifest_path() -> pathlib.Path:
-    return _DATA_DIR / "splits.v1.json"
+    return _DATA_DIR / DEFAULT_SPLITS_FILE
 
 
 def load_default_split_manifest() -> dict:
+    """The shipped ``shopsimrl-persona-splits-v1`` document (``["splits"][name]["task_ids"]``)."""
     return json.loads(default_split_manifest_path().read_text(encoding="utf-8"))
 
 
+def default_task_ids(split: str) -> list[int]:
+    """Task ids of one split of the shipped manifest, in file order."""
+    return list(load_default_split_manifest()["splits"][split]["task_ids"])
+
+
 def write_default_split_manifest() -> pathlib.Path:
-    """Regenerate the shipped manifest (seed 0). ``python -m shopsim_wh.sim write-splits`` calls this."""
+    """Regenerate the shipped file (seed 0). ``python -m shopsim_wh.sim write-splits`` calls this."""
+    from shopsim_wh.splits import dump_persona_splits
+
     path = default_split_manifest_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_split_manifest(generate_split_manifest(0)), encoding="utf-8")
+    path.write_text(dump_persona_splits(embedded_persona_splits(0)), encoding="utf-8")
     return path
