@@ -23,7 +23,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shopsim_wh.sim.server import create_app  # noqa: E402
-from shopsim_wh.sim.tasks import load_default_split_manifest  # noqa: E402
+from shopsim_wh.sim.tasks import default_task_ids  # noqa: E402
 
 SYSTEM = "You are a shopping agent. Call exactly one tool per turn."
 ARMS = (
@@ -113,7 +113,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=None, help="first N val tasks (default: all 464)")
     ap.add_argument("--temperature", type=float, default=0.6)
     args = ap.parse_args()
-    tasks = load_default_split_manifest()["val"][: args.tasks]
+    tasks = default_task_ids("val")[: args.tasks]
     print(f"{len(tasks)} val tasks, temperature {args.temperature}")
     print("| arm | reward (r_strict) | r_loose | success | right product | r_option |")
     print("| --- | --- | --- | --- | --- | --- |")

@@ -21,13 +21,13 @@ from shopsim_wh.prompts import DEFAULT_SYSTEM, SKILLS_NOTE, PromptBuilder
 from shopsim_wh.runtime import FEEDBACK_INSTRUCTION, AgentRuntime
 from shopsim_wh.sim.policy import FAILURE_KINDS
 from shopsim_wh.sim.server import create_app
-from shopsim_wh.sim.tasks import load_default_split_manifest
+from shopsim_wh.sim.tasks import default_task_ids
 from shopsim_wh.skills import NoSkills, SkillBank
 
 from .conftest import read_body
 from .helpers import Tap
 
-TASKS = load_default_split_manifest()["val"]
+TASKS = default_task_ids("val")
 CHAT = "/v1/chat/completions"
 SHOP = "/api/shop_agent"
 
