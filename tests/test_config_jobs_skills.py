@@ -82,14 +82,15 @@ def test_skill_bank_global_task_scoped_masking_and_identity(tmp_path):
     ident = bank.identity()
     p.write_text(p.read_text().replace("reviews", "features"))
     assert SkillBank(str(p)).identity() != ident
-    prompt = PromptBuilder().system(bank.select({"task_id": 9}, 0))
-    assert "Select every option" in prompt and "[t9]" in prompt
+    prompt = PromptBuilder().system({}, bank.select({"task_id": 9}, 0))
+    assert "Select every option" in prompt and '<skill id="t9" version="1">' in prompt and "[可选策略提示]" in prompt
 
 
 def test_plan_fingerprint_covers_semantics_not_execution(tmp_path):
     base = plan(load_config(write_config(tmp_path / "a.yaml")))
     same = plan(load_config(write_config(tmp_path / "b.yaml", runtime={"concurrency": 64}, output={"warehouse": "/elsewhere"})))
     assert base.fingerprint == same.fingerprint
-    for section in ({"runtime": {"action_limit": 9}}, {"model": {"checkpoint_id": "ck2"}}, {"experiment": {"seed": 4}},
-                    {"model": {"sampling": {"top_p": 0.9}}}, {"environment": {"dialect": "legacy"}}):
+    for section in ({"runtime": {"max_steps": 9}}, {"model": {"checkpoint_id": "ck2"}}, {"experiment": {"seed": 4}},
+                    {"model": {"sampling": {"top_p": 0.9}}}, {"environment": {"dialect": "pi-slime"}},
+                    {"environment": {"persona": True}}, {"model": {"send_seed": False}}, {"model": {"tool_choice": "required"}}):
         assert plan(load_config(write_config(tmp_path / "c.yaml", **section))).fingerprint != base.fingerprint, section

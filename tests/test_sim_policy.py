@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import pathlib
 import statistics
@@ -358,3 +359,17 @@ def test_policy_can_be_disabled_and_reconfigured():
     models, doc = run(go, create_app(policy=custom))
     assert [m["id"] for m in models["data"]] == ["mine"]
     assert doc["choices"][0]["message"]["tool_calls"][0]["function"]["name"] not in {"search", "click"}
+
+
+def test_latency_knob_waits_without_blocking_other_requests():
+    import time
+
+    async def go(c):
+        req = await first_request(c, VAL[0], scripted_policy={"latency_ms": 300})
+        start = time.perf_counter()
+        answers = await asyncio.gather(*(c.post("/v1/chat/completions", json=req) for _ in range(4)))
+        return answers, time.perf_counter() - start
+
+    answers, elapsed = run(go)
+    assert all(a.status_code == 200 for a in answers)
+    assert 0.3 <= elapsed < 1.0  # four 300 ms answers overlap instead of queueing

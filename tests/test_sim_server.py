@@ -329,6 +329,40 @@ def test_reset_waits_for_a_free_slot_and_release_hands_it_over():
     assert fresh["idx"] == f"slot-0-{TASKS.tasks[1].task_id}"
 
 
+def test_a_waiting_reset_whose_client_leaves_takes_no_slot():
+    app = create_app(capacity=1)
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as c:
+            held = await reset(c)
+            left = asyncio.Event()
+            body = iter([{"type": "http.request", "body": httpx.Request("POST", "/", json={**RESET, "idx": TASK.task_id})
+                          .read(), "more_body": False}])
+
+            async def receive():
+                try:
+                    return next(body)
+                except StopIteration:
+                    await left.wait()
+                    return {"type": "http.disconnect"}
+
+            sent = []
+
+            async def send(m):
+                sent.append(m)
+
+            call = asyncio.ensure_future(app({"type": "http", "method": "POST", "path": "/api/shop_agent"}, receive, send))
+            await asyncio.sleep(0.1)
+            waiting = (await c.get("/v1/stats")).json()["waiting_resets"]
+            left.set()
+            await asyncio.wait_for(call, 5)
+            await post(c, {"action": "release_one", **lease(held)})
+            return waiting, sent, (await c.get("/healthz")).json()["free_slots"]
+
+    waiting, sent, free = asyncio.run(go())
+    assert waiting == 1 and sent == [] and free == 1
+
+
 def test_release_all_frees_every_slot_and_wakes_waiters():
     async def go(c):
         held = [await reset(c) for _ in range(2)]
@@ -462,6 +496,15 @@ def real_server():
             proc.wait()
 
 
+def until(check, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_real_subprocess_server_over_http(real_server):
     with httpx.Client(base_url=real_server, timeout=10) as c:
         assert c.get("/healthz").json()["environment_slots"] == 1
@@ -474,8 +517,7 @@ def test_real_subprocess_server_over_http(real_server):
         t = threading.Thread(target=lambda: second.update(httpx.post(
             f"{real_server}/api/shop_agent", json={**RESET, "idx": TASKS.tasks[2].task_id}, timeout=10).json()))
         t.start()
-        time.sleep(0.3)
-        assert t.is_alive() and c.get("/v1/stats").json()["waiting_resets"] == 1
+        assert until(lambda: c.get("/v1/stats").json()["waiting_resets"] == 1) and t.is_alive()
         term = c.post("/api/shop_agent", json={"action": "terminate", **env, "termination_reason": "action_limit"})
         assert term.json()["result"]["reward_detail"]["termination_reason"] == "action_limit"
         assert t.is_alive()  # a finished episode still holds its slot
@@ -484,7 +526,12 @@ def test_real_subprocess_server_over_http(real_server):
         assert second["result"]["env_idx"] == 0 and second["result"]["lease_id"] != env["lease_id"]
         stale = c.post("/api/shop_agent", json={"action": "interact", **env, "response": "search[x]"})
         assert stale.status_code == 409
+        # a reset whose client gives up while it waits takes no slot when one frees later
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{real_server}/api/shop_agent", json={**RESET, "idx": TASK.task_id}, timeout=0.3)
+        assert until(lambda: c.get("/v1/stats").json()["waiting_resets"] == 0)
         c.post("/api/shop_agent", json={"action": "release_one", **lease(second["result"])})
+        time.sleep(0.2)
         assert c.get("/healthz").json()["free_slots"] == 1
         models = c.get("/v1/models").json()
         assert {"scripted-strong", "scripted-noisy"} <= {m["id"] for m in models["data"]}

@@ -34,7 +34,9 @@ def plan(config: ConfigArg) -> None:
     typer.echo(f"first tasks    {first}{' ...' if len(p.jobs) > 8 else ''}")
     typer.echo(f"split manifest {p.manifest.version} ({p.manifest.content_hash[:16]})")
     typer.echo(f"model          {cfg.model.name} @ {cfg.model.base_url} (checkpoint {cfg.model.checkpoint_id})")
-    typer.echo(f"environment    {cfg.environment.url} ({cfg.environment.dialect})")
+    typer.echo(f"environment    {cfg.environment.url} ({cfg.environment.dialect}, persona {cfg.environment.persona})")
+    typer.echo(f"runtime        {cfg.runtime.max_steps} model turns, send_seed {cfg.model.send_seed}, "
+               f"tool_choice {cfg.model.tool_choice}")
     typer.echo(f"prompt         {p.prompts.version} hash {p.prompts.prompt_hash}")
     typer.echo(f"skills         {p.fingerprint_fields['skill_bank_hash'] or 'none'} (mask rate {cfg.skills.mask_rate})")
     typer.echo(f"fingerprint    {p.fingerprint}")

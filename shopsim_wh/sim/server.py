@@ -44,6 +44,11 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+async def _disconnected(receive: Callable) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 class SlotPool:
     """Slots leased until released; :meth:`acquire` waits (FIFO) while none is free."""
 
@@ -155,7 +160,15 @@ class SimApp:
         if size > MAX_BODY:
             status, payload = 413, {"result": {"error": "request body too large (limit 16 MiB)"}}
         else:
-            status, payload = await self.handle(scope["method"], scope["path"], b"".join(chunks))
+            work = asyncio.ensure_future(self.handle(scope["method"], scope["path"], b"".join(chunks)))
+            gone = asyncio.ensure_future(_disconnected(receive))
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():  # the client left while its reset waited for a slot: stop waiting, take none
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+                return
+            gone.cancel()
+            status, payload = work.result()
         data = orjson.dumps(payload)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
