@@ -558,7 +558,9 @@ def _step_arrays(c: _C, spec: RunSpec, action_limit: int, t0_us: int, chunk_no: 
     c.n_calls = np.where(kind == P_NOCALL, 0, np.where(kind == P_MULTI, 2, 1))
     c.n_obs = np.maximum(c.n_calls, 1)
     n_follow = np.where(kind == TERMINATE, 0, c.n_obs)  # messages after the assistant message
-    msgs_step = 1 + n_follow
+    # a generation_length turn adds no message at all (ShopSimRL's protocol appends nothing for a policy failure)
+    c.has_asst = ~((kind == TERMINATE) & (term_ep == TERM_GENLEN))
+    msgs_step = c.has_asst + n_follow
     before = np.cumsum(msgs_step) - msgs_step
     c.pmc = 2 + before - before[c.st_start[ep]]  # prompt_msg_count
     c.msgs_per_ep = 2 + _reduce(msgs_step.astype(float), c.st_start, c.L).astype(np.int64)
@@ -700,19 +702,19 @@ def _messages_table(c: _C, jobs: _JobList, load_id: str) -> pa.Table:
     n = int(c.msgs_per_ep.sum())
     ep_off = np.cumsum(c.msgs_per_ep) - c.msgs_per_ep
     pos_sys, pos_user = ep_off, ep_off + 1
-    pos_asst = ep_off[c.ep] + c.pmc
+    pos_asst = (ep_off[c.ep] + c.pmc)[c.has_asst]
     f_step = c.ost[follow]
     pos_f = ep_off[c.ep[f_step]] + c.pmc[f_step] + 1 + c.o_call[follow]
     content = np.empty(n, np.int64)
     content[pos_sys] = off_sys + c.patterns
     content[pos_user] = off_user + t_code
-    content[pos_asst] = off_asst + c.asst
+    content[pos_asst] = off_asst + c.asst[c.has_asst]
     content[pos_f] = c.o_code[follow]
     role = np.empty(n, np.int64)  # 0 system, 1 user, 2 assistant, 3 tool
     role[pos_sys], role[pos_user], role[pos_asst] = 0, 1, 2
     role[pos_f] = np.where(c.o_kind[follow] == P_NOCALL, 1, 3)
     step_of = np.full(n, -1, np.int64)  # assistant rows: their step
-    step_of[pos_asst] = np.arange(S)
+    step_of[pos_asst] = np.arange(S)[c.has_asst]
     obs_of = np.full(n, -1, np.int64)  # follow-up rows: their observation
     obs_of[pos_f] = follow
     ep_of = np.repeat(np.arange(E), c.msgs_per_ep)

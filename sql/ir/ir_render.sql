@@ -6,7 +6,9 @@
 -- Rendering rules (docs/conventions.md, in reverse):
 --   * assistant: content = steps.content, tool_calls = JSON list [{"id", "type": "function", "function":
 --     {"name", "arguments"}}] of the turn's calls with a call id; reasoning_content stays NULL: earlier turns'
---     reasoning is not sent back to the model by the runner (ir_steps.reasoning keeps it);
+--     reasoning is not sent back to the model by the runner (ir_steps.reasoning keeps it). No assistant message
+--     for a turn with neither a call nor visible text, nor for a policy failure (generation_length): the
+--     runtime (ShopSimRL's protocol) appends nothing for those;
 --   * one `tool` message per answered call, in call order (content = observation text or protocol feedback);
 --   * an observation answering no call (feedback to a response without a tool call) = a `user` message;
 --   * hook_context observations = `user` messages after the tool results;
@@ -15,7 +17,7 @@
 -- DuckDB-specific: table macro, json_object, string_agg(... ORDER BY ...).
 CREATE OR REPLACE MACRO ir_render(p_run_id, p_episode_id, p_agent_id) AS TABLE
 WITH turns AS (
-    SELECT step_idx, content
+    SELECT step_idx, content, policy_failure
     FROM steps
     WHERE run_id = p_run_id AND episode_id = p_episode_id AND agent_id = p_agent_id
 ),
@@ -54,6 +56,7 @@ assistant AS (
         tc.tool_calls, CAST(NULL AS VARCHAR) AS tool_call_id
     FROM turns AS t
     LEFT JOIN tool_calls AS tc ON tc.step_idx = t.step_idx
+    WHERE t.policy_failure IS NULL AND (tc.tool_calls IS NOT NULL OR trim(coalesce(t.content, '')) <> '')
 ),
 
 answers AS (
