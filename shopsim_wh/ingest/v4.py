@@ -28,7 +28,6 @@ into ``episodes.source_extra`` (sorted-key JSON, NULL when nothing), so ``dump``
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from pathlib import Path
 
@@ -37,10 +36,10 @@ import orjson
 from ._io import base_suffix, iter_lines, open_binary
 from ._json import RecordError, cap, parse_record
 from ._rows import canonical, jdump, tool_schema_hash, tools_set_hash
+from ._v4_check import NUM, SCHEMA, STRN, _peek_store, validate
 from .core import UnitContext
 from .registry import Reader, key_re, register
 
-SCHEMA = "shopsimrl-episode-v4"
 TOP_ORDER = ("schema_version", "episode_id", "status", "job", "provenance", "started_at", "ended_at", "duration_ms",
              "reset", "selected_skills", "conversation", "steps", "final", "error")
 TOP_KEYS = frozenset(TOP_ORDER)
@@ -55,10 +54,11 @@ MODEL_SET = frozenset(MODEL_KEYS)
 CALL_KEYS = frozenset({"call_id", "name", "arguments", "raw_arguments"})
 MSG_COLS = frozenset({"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"})
 MSG_OPT = ("reasoning_content", "tool_calls", "tool_call_id", "name")
+MSG_RC, MSG_RCT, MSG_RCI = (frozenset({"role", "content"}), frozenset({"role", "content", "tool_calls"}),
+                            frozenset({"role", "content", "tool_call_id"}))
 SKILL_KEYS = frozenset({"skill_id", "content", "version", "metadata", "content_sha256"})
 ERROR_KEYS = frozenset({"stage", "type", "message", "traceback"})
 R_COLS = ("r_type", "r_att", "r_option", "r_price", "r_loose", "r_strict", "r_success")
-SLIME_ID = re.compile(r"train-group-(\d{9,})-sample-(\d{9,})(-full-skill-retry)?")
 
 _SNIFF_SCHEMA = key_re("schema_version", SCHEMA)
 
@@ -77,94 +77,6 @@ def companions(path: Path) -> list[Path]:
 def _jb(obj) -> bytes | None:
     """JSON column value as UTF-8 bytes (Arrow takes bytes as they are: no decode on the hot path)."""
     return None if obj is None else orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
-
-
-def _wrong(msg: str) -> RecordError:
-    return RecordError("wrong_type", msg)
-
-
-def _opt(v, types, what: str):
-    if v is not None and (not isinstance(v, types) or isinstance(v, bool) and bool not in types):
-        raise _wrong(f"{what} must be {_tname(types)} or null, got {type(v).__name__} {str(v)[:40]!r}")
-    return v
-
-
-def _tname(types) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
-    return " or ".join(names.get(t, t.__name__) for t in (types if isinstance(types, tuple) else (types,)))
-
-
-NUM = (int, float)
-
-
-def validate(rec) -> tuple[str, int, int]:
-    """Schema and type checks that must pass before any row is written. Returns (episode_id, task, sample)."""
-    if not isinstance(rec, dict):
-        raise _wrong(f"a record must be a JSON object, got {type(rec).__name__}")
-    schema = rec.get("schema_version")
-    if schema != SCHEMA:
-        hint = (" (a top-level 'schema' key is shopsim-wh's pre-0.9 guess of this format, no longer read: "
-                "re-export it with the real runtime or `shopsim-wh dump --format shopsimrl-v4`)") if "schema" in rec else ""
-        raise RecordError("unknown_schema_version", f"schema_version {str(schema)[:60]!r} is not {SCHEMA!r}{hint}; "
-                          "convert it or pass the right --format")
-    job = rec.get("job")
-    if not isinstance(job, dict):
-        raise _wrong(f"job must be an object, got {type(job).__name__}")
-    task_id, sample_id = job.get("task_id"), job.get("sample_id")
-    for k, v in (("job.task_id", task_id), ("job.sample_id", sample_id)):
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise _wrong(f"{k} must be an integer, got {type(v).__name__} {str(v)[:40]!r}")
-    _opt(job.get("seed"), int, "job.seed")
-    _opt(job.get("split"), str, "job.split")
-    status = rec.get("status")
-    if status not in ("completed", "failed"):
-        raise _wrong(f"status must be 'completed' or 'failed', got {str(status)[:40]!r}")
-    eid = rec.get("episode_id")
-    if not isinstance(eid, str):
-        raise _wrong(f"episode_id must be a string, got {type(eid).__name__}")
-    if eid.startswith("task-"):
-        want = f"task-{task_id:06d}__sample-{sample_id:03d}"
-        if eid != want:
-            raise _wrong(f"episode_id {eid[:60]!r} is not the runtime's task-NNNNNN__sample-NNN id of its job "
-                         f"({want!r}); fix the record's episode_id or job")
-    else:
-        m = SLIME_ID.fullmatch(eid)
-        if m is None or int(m[2]) != sample_id:
-            raise _wrong(f"episode_id {eid[:60]!r} is neither task-NNNNNN__sample-NNN nor "
-                         f"train-group-G-sample-I matching job.sample_id {sample_id}")
-    for k in ("provenance", "reset", "final", "error"):
-        _opt(rec.get(k), dict, k)
-    for k in ("started_at", "ended_at"):
-        _opt(rec.get(k), str, k)
-    _opt(rec.get("duration_ms"), NUM, "duration_ms")
-    for k in ("conversation", "steps", "selected_skills"):
-        items = _opt(rec.get(k), list, k) or ()
-        for i, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise _wrong(f"{k}[{i}] must be an object, got {type(item).__name__}")
-    for i, s in enumerate(rec.get("steps") or ()):
-        model = _opt(s.get("model"), dict, f"steps[{i}].model") or {}
-        _opt(s.get("environment"), dict, f"steps[{i}].environment")
-        _opt(s.get("tools"), list, f"steps[{i}].tools")
-        _opt(s.get("action"), str, f"steps[{i}].action")
-        _opt(s.get("observation"), str, f"steps[{i}].observation")
-        for k in ("content", "reasoning", "finish_reason", "response_id"):
-            _opt(model.get(k), str, f"steps[{i}].model.{k}")
-        _opt(model.get("usage"), dict, f"steps[{i}].model.usage")
-        _opt(model.get("latency_ms"), NUM, f"steps[{i}].model.latency_ms")
-        for k in ("protocol_error", "policy_failure"):
-            _opt(s.get(k), dict, f"steps[{i}].{k}")
-        for j, c in enumerate(_opt(model.get("tool_calls"), list, f"steps[{i}].model.tool_calls") or ()):
-            if not isinstance(c, dict):
-                raise _wrong(f"steps[{i}].model.tool_calls[{j}] must be an object")
-        env = s.get("environment")
-        if env is not None:
-            _opt(env.get("observation"), str, f"steps[{i}].environment.observation")
-            _opt(env.get("reward"), NUM, f"steps[{i}].environment.reward")
-    final = rec.get("final") or {}
-    _opt(final.get("reward"), NUM, "final.reward")
-    _opt(final.get("reward_detail"), dict, "final.reward_detail")
-    return eid, task_id, sample_id
 
 
 class _State:
@@ -275,19 +187,6 @@ def _finish(ctx, any_line, attempts, fid, file_total, file_dropped, run_prov, go
     prov = ctx.provenance.setdefault("v4", {})
     prov["record_provenance"] = run_prov
     prov["private_goals_stripped"] = goals
-
-
-def _peek_store(line: bytes):
-    """``(episode_id, record)`` when the ShopSimRL store would take this line as its episode's latest (it parses
-    with Python's json - NaN and duplicate keys included - into an object with a string ``episode_id``)."""
-    import json
-    try:
-        rec = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    if isinstance(rec, dict) and isinstance(rec.get("episode_id"), str):
-        return rec["episode_id"], rec
-    return None
 
 
 def _emit_rejected(ctx: UnitContext, eid: str, attempt: int, rec: dict, e: RecordError) -> None:
@@ -431,17 +330,21 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
     msg_rows = st.t_messages
     for i, m in enumerate(conv):
         get = m.get
-        content = get("content")
-        tc = get("tool_calls")
-        odd = not m.keys() <= MSG_COLS or "content" not in m or "role" not in m \
+        role, content, tc, tcid = get("role"), get("content"), get("tool_calls"), get("tool_call_id")
+        ks = m.keys()
+        if type(role) is str and type(content) in STRN and (
+                ks == MSG_RC or ks == MSG_RCT and type(tc) is list or ks == MSG_RCI and type(tcid) is str):
+            msg_rows.append((eid, attempt, "main", i, role, content, None, None if tc is None else _jb(tc), tcid, None))
+            continue
+        odd = not ks <= MSG_COLS or "content" not in m or "role" not in m \
             or any(k in m and m[k] is None for k in MSG_OPT) or not (content is None or isinstance(content, str)) \
             or not (tc is None or isinstance(tc, list))
         if odd:
             residual.setdefault("messages", {})[str(i)] = m  # verbatim: the dump takes it as it was
-        msg_rows.append((eid, attempt, "main", i, get("role") if isinstance(get("role"), str) else None,
+        msg_rows.append((eid, attempt, "main", i, role if isinstance(role, str) else None,
                          content if isinstance(content, str) or content is None else jdump(content),
                          get("reasoning_content") if isinstance(get("reasoning_content"), str) else None,
-                         None if tc is None else _jb(tc), get("tool_call_id") if isinstance(get("tool_call_id"), str) else None,
+                         None if tc is None else _jb(tc), tcid if isinstance(tcid, str) else None,
                          get("name") if isinstance(get("name"), str) else None))
 
     # steps, actions, observations, tools
