@@ -490,3 +490,14 @@ def test_runner_episodes_dump_as_v4(tmp_path):
     b = connect(tmp_path / "wh2")
     q = "select task_id, status, reward, model_steps, protocol_errors, total_actions from episodes order by 1"
     assert b.execute(q).fetchall() == con.execute(q).fetchall()
+
+
+def test_broken_sidecar_is_noted_and_the_run_still_lands(tmp_path):
+    d = synth_v4.run_dir(tmp_path / "runs", "broken-manifest", n_tasks=2)
+    (d / "manifest.json").write_text('{"schema_version": "shopsimrl-run-manifest-v1", "plan": ')
+    s = ingest([tmp_path / "runs"], tmp_path / "wh")
+    assert [(f.status, f.episodes, f.rejected) for f in s.files] == [("landed", 2, 0)]
+    con = connect(tmp_path / "wh")
+    rows = con.execute("select source_file, error_class from ingest_errors").fetchall()
+    assert rows == [(str(d / "manifest.json"), "invalid_json")]
+    assert con.execute("select experiment, planned_episodes from runs").fetchone() == ("broken-manifest", 2)

@@ -55,6 +55,8 @@ MODEL_SET = frozenset(MODEL_KEYS)
 CALL_KEYS = frozenset({"call_id", "name", "arguments", "raw_arguments"})
 MSG_COLS = frozenset({"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"})
 MSG_OPT = ("reasoning_content", "tool_calls", "tool_call_id", "name")
+MSG_RC, MSG_RCT, MSG_RCI = (frozenset({"role", "content"}), frozenset({"role", "content", "tool_calls"}),
+                            frozenset({"role", "content", "tool_call_id"}))
 SKILL_KEYS = frozenset({"skill_id", "content", "version", "metadata", "content_sha256"})
 ERROR_KEYS = frozenset({"stage", "type", "message", "traceback"})
 R_COLS = ("r_type", "r_att", "r_option", "r_price", "r_loose", "r_strict", "r_success")
@@ -95,6 +97,9 @@ def _tname(types) -> str:
 
 
 NUM = (int, float)
+_NONE = type(None)
+STRN, DICTN, LISTN, NUMN = frozenset({str, _NONE}), frozenset({dict, _NONE}), frozenset({list, _NONE}), \
+    frozenset({int, float, _NONE})
 
 
 def validate(rec) -> tuple[str, int, int]:
@@ -143,28 +148,47 @@ def validate(rec) -> tuple[str, int, int]:
             if not isinstance(item, dict):
                 raise _wrong(f"{k}[{i}] must be an object, got {type(item).__name__}")
     for i, s in enumerate(rec.get("steps") or ()):
-        model = _opt(s.get("model"), dict, f"steps[{i}].model") or {}
-        _opt(s.get("environment"), dict, f"steps[{i}].environment")
-        _opt(s.get("tools"), list, f"steps[{i}].tools")
-        _opt(s.get("action"), str, f"steps[{i}].action")
-        _opt(s.get("observation"), str, f"steps[{i}].observation")
-        for k in ("content", "reasoning", "finish_reason", "response_id"):
-            _opt(model.get(k), str, f"steps[{i}].model.{k}")
-        _opt(model.get("usage"), dict, f"steps[{i}].model.usage")
-        _opt(model.get("latency_ms"), NUM, f"steps[{i}].model.latency_ms")
-        for k in ("protocol_error", "policy_failure"):
-            _opt(s.get(k), dict, f"steps[{i}].{k}")
-        for j, c in enumerate(_opt(model.get("tool_calls"), list, f"steps[{i}].model.tool_calls") or ()):
-            if not isinstance(c, dict):
-                raise _wrong(f"steps[{i}].model.tool_calls[{j}] must be an object")
-        env = s.get("environment")
-        if env is not None:
-            _opt(env.get("observation"), str, f"steps[{i}].environment.observation")
-            _opt(env.get("reward"), NUM, f"steps[{i}].environment.reward")
+        g = s.get
+        model, env = g("model"), g("environment")
+        if type(model) is dict and type(env) in DICTN and type(g("tools")) in LISTN and type(g("action")) in STRN \
+                and type(g("observation")) in STRN and type(g("protocol_error")) in DICTN \
+                and type(g("policy_failure")) in DICTN:
+            mg = model.get
+            calls = mg("tool_calls")
+            if type(mg("content")) in STRN and type(mg("reasoning")) in STRN and type(mg("finish_reason")) in STRN \
+                    and type(mg("response_id")) in STRN and type(mg("usage")) in DICTN \
+                    and type(mg("latency_ms")) in NUMN \
+                    and (calls is None or type(calls) is list and all(type(c) is dict for c in calls)) \
+                    and (env is None or type(env.get("observation")) in STRN and type(env.get("reward")) in NUMN):
+                continue  # the common case, checked in one expression
+        _check_step(i, s)
     final = rec.get("final") or {}
     _opt(final.get("reward"), NUM, "final.reward")
     _opt(final.get("reward_detail"), dict, "final.reward_detail")
     return eid, task_id, sample_id
+
+
+def _check_step(i: int, s: dict) -> None:
+    """The step's field types one by one (raises on the first wrong one; the fast path in ``validate`` only says
+    *that* something is off)."""
+    model = _opt(s.get("model"), dict, f"steps[{i}].model") or {}
+    _opt(s.get("environment"), dict, f"steps[{i}].environment")
+    _opt(s.get("tools"), list, f"steps[{i}].tools")
+    _opt(s.get("action"), str, f"steps[{i}].action")
+    _opt(s.get("observation"), str, f"steps[{i}].observation")
+    for k in ("content", "reasoning", "finish_reason", "response_id"):
+        _opt(model.get(k), str, f"steps[{i}].model.{k}")
+    _opt(model.get("usage"), dict, f"steps[{i}].model.usage")
+    _opt(model.get("latency_ms"), NUM, f"steps[{i}].model.latency_ms")
+    for k in ("protocol_error", "policy_failure"):
+        _opt(s.get(k), dict, f"steps[{i}].{k}")
+    for j, c in enumerate(_opt(model.get("tool_calls"), list, f"steps[{i}].model.tool_calls") or ()):
+        if not isinstance(c, dict):
+            raise _wrong(f"steps[{i}].model.tool_calls[{j}] must be an object")
+    env = s.get("environment")
+    if env is not None:
+        _opt(env.get("observation"), str, f"steps[{i}].environment.observation")
+        _opt(env.get("reward"), NUM, f"steps[{i}].environment.reward")
 
 
 class _State:
@@ -431,17 +455,21 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
     msg_rows = st.t_messages
     for i, m in enumerate(conv):
         get = m.get
-        content = get("content")
-        tc = get("tool_calls")
-        odd = not m.keys() <= MSG_COLS or "content" not in m or "role" not in m \
+        role, content, tc, tcid = get("role"), get("content"), get("tool_calls"), get("tool_call_id")
+        ks = m.keys()
+        if type(role) is str and type(content) in STRN and (
+                ks == MSG_RC or ks == MSG_RCT and type(tc) is list or ks == MSG_RCI and type(tcid) is str):
+            msg_rows.append((eid, attempt, "main", i, role, content, None, None if tc is None else _jb(tc), tcid, None))
+            continue
+        odd = not ks <= MSG_COLS or "content" not in m or "role" not in m \
             or any(k in m and m[k] is None for k in MSG_OPT) or not (content is None or isinstance(content, str)) \
             or not (tc is None or isinstance(tc, list))
         if odd:
             residual.setdefault("messages", {})[str(i)] = m  # verbatim: the dump takes it as it was
-        msg_rows.append((eid, attempt, "main", i, get("role") if isinstance(get("role"), str) else None,
+        msg_rows.append((eid, attempt, "main", i, role if isinstance(role, str) else None,
                          content if isinstance(content, str) or content is None else jdump(content),
                          get("reasoning_content") if isinstance(get("reasoning_content"), str) else None,
-                         None if tc is None else _jb(tc), get("tool_call_id") if isinstance(get("tool_call_id"), str) else None,
+                         None if tc is None else _jb(tc), tcid if isinstance(tcid, str) else None,
                          get("name") if isinstance(get("name"), str) else None))
 
     # steps, actions, observations, tools
