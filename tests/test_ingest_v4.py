@@ -501,3 +501,12 @@ def test_broken_sidecar_is_noted_and_the_run_still_lands(tmp_path):
     rows = con.execute("select source_file, error_class from ingest_errors").fetchall()
     assert rows == [(str(d / "manifest.json"), "invalid_json")]
     assert con.execute("select experiment, planned_episodes from runs").fetchone() == ("broken-manifest", 2)
+
+
+def test_sidecars_given_as_files(tmp_path):
+    d = synth_v4.run_dir(tmp_path / "runs", "r", n_tasks=2)
+    s = ingest([d / "manifest.json"], tmp_path / "wh")
+    assert [(f.status, "traces.jsonl beside it" in f.message) for f in s.files] == [("unrecognised", True)]
+    s = ingest([d / "traces.jsonl", d / "manifest.json", d / "summary.json"], tmp_path / "wh")
+    assert sorted((f.path.rsplit("/", 1)[1], f.status) for f in s.files) == [
+        ("manifest.json", "attached"), ("summary.json", "attached"), ("traces.jsonl", "landed")]

@@ -28,7 +28,7 @@ from .. import __version__
 from ..errors import ShopsimError
 from ..schema import TABLES
 from ..warehouse import Warehouse
-from ._io import expand_paths, read_head, sha256_files
+from ._io import SIDECAR_NAMES, expand_paths, read_head, sha256_files
 from ._json import DEFAULT_MAX_FIELD_BYTES, cap
 from ._rows import Sink, jdump
 from .registry import Reader, detect, get_reader
@@ -209,7 +209,11 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
     # Plan units: the reader of each file, its companions; companion files are not units.
     plan: list[tuple[Path, object, list[Path]]] = []
     attached: dict[Path, Path] = {}
+    sidecars: list[Path] = []
     for f in files:
+        if f.name in SIDECAR_NAMES and forced is None:  # a v4 run's manifest / summary: it comes with its traces
+            sidecars.append(f)
+            continue
         reader = forced
         if reader is None:
             try:
@@ -235,6 +239,11 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
     for c, main in attached.items():
         if c in files:
             summary.files.append(FileResult(str(c), None, None, "attached", message=f"part of {main}"))
+    for c in sidecars:
+        if c not in attached:
+            summary.files.append(FileResult(str(c), None, None, "unrecognised", message=(
+                f"{c.name} describes a run, it holds no records: ingest the traces.jsonl beside it (or the run "
+                "directory) and it comes along")))
 
     total_bytes = sum(f.stat().st_size + sum(c.stat().st_size for c in comps) for f, _, comps in plan)
     done_bytes = 0
