@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -205,11 +207,11 @@ def parity(tmp_path_factory):
     (run / "summary.json").write_text(json.dumps({**want, "created_at": "2026-05-01T12:00:00+00:00"}, indent=2))
     ingest([root / "runs"], root / "wh")
     con = connect(root / "wh")
-    return con, want
+    return con, want, root / "wh"
 
 
 def test_every_summary_figure_matches_the_original_rules(parity):
-    con, want = parity
+    con, want, _ = parity
     got = eval_summaries(con)
     assert len(got) == 1
     (summary,) = got.values()
@@ -222,14 +224,14 @@ def test_every_summary_figure_matches_the_original_rules(parity):
 
 
 def test_the_ingested_summary_json_is_the_one_we_reproduce(parity):
-    con, want = parity
+    con, want, _ = parity
     prov = json.loads(con.execute("SELECT provenance FROM runs").fetchone()[0])
     stored = {k: v for k, v in prov["summary"].items() if k != "created_at"}
     assert_same(next(iter(eval_summaries(con).values())), stored)
 
 
 def test_run_metrics_and_eval_summary_share_their_figures(parity):
-    con, want = parity
+    con, want, _ = parity
     row = con.execute("SELECT * FROM run_metrics JOIN eval_summary USING (run_id)").fetchone()
     cols = [d[0] for d in con.description]
     m = dict(zip(cols, row, strict=True))
@@ -271,3 +273,12 @@ def test_synth_run_dir_summary_json_is_reproduced(tmp_path):
     (ours,) = eval_summaries(connect(tmp_path / "wh")).values()
     assert_same(ours, written)
     assert_same(ours, reference_summary(d / "traces.jsonl", 14))
+
+
+def test_summarize_json_prints_the_summary_shape(parity):
+    _, want, wh = parity
+    out = subprocess.run([sys.executable, "-m", "shopsim_wh.cli.main", "summarize", "--json", "-w", str(wh)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    (summary,) = json.loads(out.stdout).values()
+    assert_same(summary, want)
