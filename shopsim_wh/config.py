@@ -82,6 +82,7 @@ class Skills(_Strict):
     path: str | None = Field(None, description="JSON skill bank; null = no skills (required for the test split).")
     mask_rate: float = Field(0.0, ge=0.0, lt=1.0, description="Seeded probability of leaving each skill out of an episode (masked rollouts for the gate; shopsim-wh's own mode).")
     mask_seed: int | None = Field(None, description="ShopSimRL's masks instead of mask_rate: each skill's presence is a hash of (mask_seed, split, task_id, sample_id, skill id) (ShopSimRL's default seed is 20260901; docs/gate.md). null = off.")
+    max_skills: int | None = Field(None, ge=1, description="At most this many skills per episode: the first in scope, global skills before task-scoped ones, before any mask (ShopSimRL's `skills.max_skills`). null = all.")
     mask_rule: Literal["gate-a", "online"] = Field("gate-a", description="With mask_seed: `gate-a` = present iff the hash's first 8 bytes < 0.5 * 2**64 (cold-start Gate A); `online` = ShopSimRL's round gates (hash mod (versions + 1) per slot; a skill with `rewrites: <id>` shares that skill's slot).")
 
     @field_validator("mask_seed")

@@ -14,12 +14,9 @@ import hashlib
 import logging
 import os
 import re
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel
 
 from .errors import ConfigError
 from .splits import load_split_manifest
@@ -165,8 +162,7 @@ def _section(raw: dict, name: str) -> dict:
     return value
 
 
-def convert(raw: dict, base: Path, *, source_name: str = "config", prompt_sink=cache_prompt,
-            fit_to_build: bool = True) -> Imported:
+def convert(raw: dict, base: Path, *, source_name: str = "config", prompt_sink=cache_prompt) -> Imported:
     """Map an original experiment mapping onto ours. ``base`` = the directory its relative paths start from."""
     unknown = [f"{k}" for k in raw if k not in ORIGINAL_KEYS]
     secs = {name: _section(raw, name) for name in ORIGINAL_KEYS}
@@ -269,75 +265,7 @@ def convert(raw: dict, base: Path, *, source_name: str = "config", prompt_sink=c
     if stream:
         notes.append("model.stream: true is not applied: shopsim-wh makes non-streaming requests (the same "
                      "messages, delivered in one answer)")
-    if fit_to_build:
-        fit_to_this_build(imp)
     return imp
-
-
-# --------------------------------------------------------------------------------- builds without new keys
-
-def _field(model: type[BaseModel], dotted: str):
-    parts = dotted.split(".")
-    for i, part in enumerate(parts):
-        info = model.model_fields.get(part)
-        if info is None:
-            return None
-        if i == len(parts) - 1:
-            return info
-        sub = info.annotation
-        if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
-            return None
-        model = sub
-    return None
-
-
-def _allows(info, value: Any) -> bool:
-    args = typing.get_args(info.annotation)
-    return typing.get_origin(info.annotation) is not typing.Literal or value in args
-
-
-def _drop(out: dict, dotted: str) -> Any:
-    *parents, leaf = dotted.split(".")
-    node = out
-    for part in parents:
-        node = node[part]
-    value = node.pop(leaf)
-    for depth in range(len(parents), 0, -1):  # prune emptied sections
-        node = out
-        for part in parents[: depth - 1]:
-            node = node[part]
-        if not node[parents[depth - 1]]:
-            node.pop(parents[depth - 1])
-    return value
-
-
-# our key → (older key it falls back to, value map) on a build whose Config lacks the key or the value
-FALLBACK: dict[str, tuple[str | None, dict]] = {
-    "runtime.max_steps": ("runtime.action_limit", {}),
-    "environment.dialect": ("environment.dialect", {"shop_env": "legacy"}),
-}
-
-
-def fit_to_this_build(imp: Imported) -> None:
-    """Keys a build of shopsim-wh does not have yet fall back to their older names or are dropped, with a note."""
-    from .config import Config
-
-    for ours in list(imp.origin):
-        info = _field(Config, ours)
-        value = _get(imp.config, ours)
-        if info is not None and _allows(info, value):
-            continue
-        older, values = FALLBACK.get(ours, (None, {}))
-        old_info = _field(Config, older) if older else None
-        new_value = values.get(value, value)
-        if old_info is not None and _allows(old_info, new_value):
-            _drop(imp.config, ours)
-            _set(imp.config, older, new_value)
-            imp.origin[older] = imp.origin.pop(ours)
-            imp.notes.append(f"{ours}: {value!r} -> {older}: {new_value!r} (this build predates {ours}: {value!r})")
-        else:
-            _drop(imp.config, ours)
-            imp.notes.append(f"{imp.origin.pop(ours)}={value!r} is not applied: this build has no {ours}")
 
 
 def _get(out: dict, dotted: str) -> Any:

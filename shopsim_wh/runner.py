@@ -62,7 +62,8 @@ def plan(cfg: Config) -> Plan:
     manifest = load_split_manifest(cfg.tasks.split_manifest)
     jobs = build_jobs(manifest, cfg.tasks.split, cfg.tasks.sample_size, cfg.tasks.repeats, cfg.experiment.seed)
     prompts = PromptBuilder(cfg.prompt_template)
-    skills = load_skills(cfg.skills.path, cfg.skills.mask_rate)
+    skills = load_skills(cfg.skills.path, cfg.skills.mask_rate, cfg.skills.mask_seed, cfg.skills.mask_rule,
+                         cfg.skills.max_skills)
     env = cfg.environment
     fields = {
         "job_list_hash": sha256_json([j.as_dict() for j in jobs]),
@@ -84,6 +85,9 @@ def plan(cfg: Config) -> Plan:
         "system_prompt_sha256": prompts.identity()["system_prompt_sha256"],
         "skill_bank_hash": skills.identity(),
         "skills_mask_rate": cfg.skills.mask_rate,
+        "skills_mask_seed": cfg.skills.mask_seed,
+        "skills_mask_rule": cfg.skills.mask_rule,
+        "skills_max_skills": cfg.skills.max_skills,
         "max_steps": cfg.runtime.max_steps,
         "action_protocol": ACTION_PROTOCOL,
     }

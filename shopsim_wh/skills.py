@@ -114,7 +114,8 @@ def assign_mask(skill_ids: list[str], job: dict, mask_seed: int, rule: str = "ga
 
 
 class SkillBank:
-    def __init__(self, path: str, mask_rate: float = 0.0, mask_seed: int | None = None, mask_rule: str = "gate-a"):
+    def __init__(self, path: str, mask_rate: float = 0.0, mask_seed: int | None = None, mask_rule: str = "gate-a",
+                 max_skills: int | None = None):
         try:
             raw = Path(path).read_bytes()
             doc = json.loads(raw)
@@ -123,6 +124,7 @@ class SkillBank:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"skills.path: {path} is not valid JSON ({exc})") from None
         self.version = str(doc.get("version", "unversioned"))
+        self.max_skills = max_skills
         if mask_seed is not None and mask_rate > 0:
             raise ConfigError("skills.mask_rate and skills.mask_seed are two masking modes; set only one")
         if mask_rule not in MASK_RULES:
@@ -163,6 +165,8 @@ class SkillBank:
 
     def select(self, context: dict, seed: int) -> list[Skill]:
         candidates = self.global_skills + self.task_skills.get(int(context["task_id"]), [])
+        if self.max_skills is not None:  # ShopSimRL's max_skills: the first N in scope, before any mask
+            candidates = candidates[: self.max_skills]
         if self.mask_seed is not None:
             ids = [c.id for c in candidates]
             rewrites = {k: v for k, v in self.rewrites.items() if k in ids and v in ids} if self.mask_rule == "online" else {}
@@ -177,5 +181,5 @@ class SkillBank:
 
 
 def load_skills(path: str | None, mask_rate: float = 0.0, mask_seed: int | None = None,
-                mask_rule: str = "gate-a") -> SkillProvider:
-    return NoSkills() if path is None else SkillBank(path, mask_rate, mask_seed, mask_rule)
+                mask_rule: str = "gate-a", max_skills: int | None = None) -> SkillProvider:
+    return NoSkills() if path is None else SkillBank(path, mask_rate, mask_seed, mask_rule, max_skills)

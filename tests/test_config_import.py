@@ -139,7 +139,7 @@ def test_every_original_key_maps_to_the_documented_names(tmp_path):
     path = original_yaml(tmp_path, model={"retry_backoff_seconds": 2.5, "stream": True},
                          skills={"max_skills": 3}, experiment={"resume": False})
     raw = yaml.safe_load(path.read_text())
-    imp = convert(raw, path.parent, fit_to_build=False)
+    imp = convert(raw, path.parent)
     c = imp.config
     assert c["experiment"] == {"name": "qwen35-4b-val", "seed": 20260829}
     assert c["tasks"] == {"split": "val", "sample_size": 7, "repeats": 3,
@@ -163,7 +163,7 @@ def test_absent_keys_take_the_original_defaults(tmp_path):
     path = tmp_path / "minimal.yaml"
     write_split_file(tmp_path / "s.json", SPLITS)
     path.write_text("tasks: {split_file: s.json, split: test}\nmodel: {name: m, base_url: 'http://x/v1'}\n")
-    c = convert(yaml.safe_load(path.read_text()), tmp_path, source_name="minimal", fit_to_build=False).config
+    c = convert(yaml.safe_load(path.read_text()), tmp_path, source_name="minimal").config
     assert c["experiment"] == {"name": "minimal", "seed": 20260828}
     assert c["model"]["sampling"] == {"temperature": 0.0, "max_tokens": 512}  # no top_p: the original sends none
     assert (c["model"]["api_key_env"], c["model"]["timeout_s"], c["model"]["max_retries"]) == ("OPENAI_API_KEY", 180.0, 5)
@@ -215,7 +215,7 @@ def test_import_round_trip_plans_the_same_run(tmp_path):
     assert a.model_dump() == b.model_dump()
     pa, pb = plan(a), plan(b)
     assert pa.fingerprint == pb.fingerprint and ours(pa.jobs) == ours(pb.jobs)
-    assert pa.prompts.system_template == "你是购物助手。只调用一个工具。\n"
+    assert pa.prompts.system_prompt == "你是购物助手。只调用一个工具。\n"
 
 
 def test_inline_system_prompt(tmp_path, monkeypatch):
@@ -226,7 +226,7 @@ def test_inline_system_prompt(tmp_path, monkeypatch):
     path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path)
     assert cfg.prompt_template.startswith(str(tmp_path / "cache" / "prompts"))
-    assert plan(cfg).prompts.system_template == "Buy exactly what the customer asks for."
+    assert plan(cfg).prompts.system_prompt == "Buy exactly what the customer asks for."
     out = tmp_path / "x" / "inline-new.yaml"
     import_file(path, out)
     assert (tmp_path / "x" / "inline-new.system_prompt.txt").read_text() == "Buy exactly what the customer asks for."
@@ -346,7 +346,7 @@ def test_run_accepts_an_original_yaml_and_lands_the_original_jobs(tmp_path):
     raw = yaml.safe_load(original_yaml(tmp_path).read_text())
     raw["tasks"].update(sample_size=3, repeats=2)
     raw["environment"]["base_url"] = "embedded"
-    raw["model"].update(name="scripted-strong", base_url="embedded", api_key_env=None)
+    raw["model"].update(name="scripted-strong", base_url="embedded", api_key_env=None, send_seed=True)  # seeds recorded when sent
     path = tmp_path / "configs" / "embedded.yaml"
     path.write_text(yaml.safe_dump(raw, allow_unicode=True))
     (tmp_path / "persona_splits.v1.json").write_text(  # the copy sits where split_file points

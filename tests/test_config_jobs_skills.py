@@ -74,6 +74,9 @@ def test_skill_bank_global_task_scoped_masking_and_identity(tmp_path):
     bank = SkillBank(str(p))
     assert [s.id for s in bank.select({"task_id": 9}, seed=1)] == ["g1", "g2", "t9"]
     assert [s.id for s in bank.select({"task_id": 8}, seed=1)] == ["g1", "g2"]
+    # max_skills keeps the first N in scope (ShopSimRL's JsonSkillBank), global skills first
+    assert [s.id for s in SkillBank(str(p), max_skills=2).select({"task_id": 9}, seed=1)] == ["g1", "g2"]
+    assert [s.id for s in SkillBank(str(p), max_skills=1).select({"task_id": 8}, seed=1)] == ["g1"]
     masked = SkillBank(str(p), mask_rate=0.5)
     picks = [tuple(s.id for s in masked.select({"task_id": 9}, seed=i)) for i in range(200)]
     assert picks == [tuple(s.id for s in masked.select({"task_id": 9}, seed=i)) for i in range(200)]
@@ -92,5 +95,6 @@ def test_plan_fingerprint_covers_semantics_not_execution(tmp_path):
     assert base.fingerprint == same.fingerprint
     for section in ({"runtime": {"max_steps": 9}}, {"model": {"checkpoint_id": "ck2"}}, {"experiment": {"seed": 4}},
                     {"model": {"sampling": {"top_p": 0.9}}}, {"environment": {"dialect": "pi-slime"}},
-                    {"environment": {"persona": True}}, {"model": {"send_seed": False}}, {"model": {"tool_choice": "required"}}):
+                    {"environment": {"persona": True}}, {"model": {"send_seed": False}}, {"model": {"tool_choice": "required"}},
+                    {"skills": {"max_skills": 1}}, {"skills": {"mask_seed": 20260901}}):
         assert plan(load_config(write_config(tmp_path / "c.yaml", **section))).fingerprint != base.fingerprint, section
