@@ -97,8 +97,12 @@ def tool_schema_hash(tool: dict) -> str:
     return hashlib.sha256(json.dumps(canon, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
 
 
+def tool_set_hash_of(schema_hashes: list[str]) -> str:
+    return hashlib.sha256(",".join(sorted(schema_hashes)).encode()).hexdigest()
+
+
 def tool_set_hash(tools: list[dict]) -> str:
-    return hashlib.sha256(",".join(sorted(tool_schema_hash(t) for t in tools)).encode()).hexdigest()
+    return tool_set_hash_of([tool_schema_hash(t) for t in tools])
 
 
 class PromptBuilder:

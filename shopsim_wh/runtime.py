@@ -35,7 +35,7 @@ from .environment import EnvStep
 from .errors import ModelHTTPError
 from .jobs import EpisodeJob
 from .model import ChatModel, ModelOutput, ToolCall
-from .prompts import PromptBuilder, tool_schema_hash, tool_set_hash, tools_for
+from .prompts import PromptBuilder, tool_schema_hash, tool_set_hash_of, tools_for
 from .skills import SkillProvider
 
 AGENT = "main"
@@ -184,7 +184,7 @@ class AgentRuntime:
         for step_index in range(1, self.max_steps + 1):
             step_idx = step_index - 1
             tools = tools_for(state)
-            self._record_tools(rec, tools)
+            hashes = self._record_tools(rec, tools)
             seed = job.seed + step_index - 1
             step_started, n_prompt = _now(), len(messages)
             try:
@@ -195,7 +195,7 @@ class AgentRuntime:
             counters["model_steps"] += 1
             counters["tokens_in"] += out.prompt_tokens or 0
             counters["tokens_out"] += out.completion_tokens or 0
-            step = self._step_row(step_idx, state, n_prompt, tools, out, seed if self.model.send_seed else None, step_started)
+            step = self._step_row(step_idx, state, n_prompt, hashes, out, seed if self.model.send_seed else None, step_started)
             rec.steps.append(step)
             if out.policy_failure is not None:
                 step.update(policy_failure=out.policy_failure["code"], raw_response=_dumps(out.raw))
@@ -233,20 +233,23 @@ class AgentRuntime:
                              "tool_calls": _dumps(msg["tool_calls"]) if msg.get("tool_calls") else None,
                              "tool_call_id": msg.get("tool_call_id")})
 
-    def _record_tools(self, rec: EpisodeRecord, tools: list[dict]) -> None:
-        for t in tools:
-            h = tool_schema_hash(t)
+    @staticmethod
+    def _record_tools(rec: EpisodeRecord, tools: list[dict]) -> list[str]:
+        """The offered tools' schema hashes (one tools row per new schema)."""
+        hashes = [tool_schema_hash(t) for t in tools]
+        for h, t in zip(hashes, tools, strict=True):
             if h not in rec.tools:
                 fn = t["function"]
                 rec.tools[h] = {"agent_id": AGENT, "name": fn["name"], "description": fn.get("description"),
                                 "parameters": _dumps(fn.get("parameters")), "tool_type": "execution", "schema_hash": h}
+        return hashes
 
-    def _step_row(self, step_idx, state, n_msgs, tools, out: ModelOutput, seed, started) -> dict:
+    def _step_row(self, step_idx, state, n_msgs, hashes: list[str], out: ModelOutput, seed, started) -> dict:
         meta = {k: v for k, v in (("usage", out.usage), ("response_metadata", out.metadata)) if v}
         return {
             "agent_id": AGENT, "step_idx": step_idx, "seq": step_idx, "page": state.get("page_type"),
-            "observation_state": _dumps(state), "prompt_msg_count": n_msgs, "tools_hash": tool_set_hash(tools),
-            "tool_schema_hashes": _dumps([tool_schema_hash(t) for t in tools]),
+            "observation_state": _dumps(state), "prompt_msg_count": n_msgs, "tools_hash": tool_set_hash_of(hashes),
+            "tool_schema_hashes": _dumps(hashes),
             "reasoning": out.reasoning, "content": out.content, "finish_reason": out.finish_reason,
             "response_id": out.response_id, "model": out.model, "step_seed": seed,
             "tokens_in": out.prompt_tokens, "tokens_out": out.completion_tokens, "latency_ms": out.latency_ms,

@@ -175,3 +175,16 @@ def test_max_steps_counts_model_turns_and_ends_with_action_limit():
     assert app.shop()[-2][0]["action"] == "terminate" and app.shop()[-2][0]["termination_reason"] == "action_limit"
     assert rec.actions[-1]["action"] == "terminate[action_limit]" and rec.actions[-1]["step_idx"] == 1
     assert health["free_slots"] == 2
+
+
+def test_reward_facts_are_the_servers_and_derived_only_when_it_gave_none():
+    from shopsim_wh.runtime import reward_facts
+
+    given = {"r_type": 1.0, "r_att": 0.5, "r_option": 1.0, "r_price": 1.0, "r_loose": 0.8, "r_strict": 0.5, "r_success": 0}
+    assert reward_facts(given, 0.5, "r_strict") == (0.8, 0.5, 0.0, False)
+    # components only: r_strict = product (a missing r_option counts as 1), success iff all are 1
+    assert reward_facts({"r_type": 1.0, "r_att": 0.5, "r_price": 1.0}, 0.5, "r_strict") == (None, 0.5, 0.0, True)
+    assert reward_facts({"r_type": 1, "r_att": 1, "r_option": 1, "r_price": 1}, 1.0, "r_loose") == (1.0, 1.0, 1.0, True)
+    # nothing but the top-level reward: it is the run's primary figure
+    assert reward_facts(None, 0.75, "r_loose") == (0.75, None, None, True)
+    assert reward_facts(None, None, "r_strict") == (None, None, None, False)

@@ -114,7 +114,7 @@ final AS (
         m.reward_mean,
         m.reward_sem,
         m.success_rate,
-        c.reward_components,
+        coalesce(c.reward_components, CAST(MAP {} AS MAP(VARCHAR, DOUBLE))) AS reward_components,
         m.mean_model_steps AS steps_mean,
         coalesce(m.model_steps_total, 0) AS model_steps,
         coalesce(m.protocol_errors_total, 0) AS protocol_errors,
