@@ -282,3 +282,22 @@ def test_summarize_json_prints_the_summary_shape(parity):
     assert out.returncode == 0, out.stderr
     (summary,) = json.loads(out.stdout).values()
     assert_same(summary, want)
+
+
+def test_completed_record_without_final_done_counts_as_failed(tmp_path):
+    """The original store calls a record complete only when final.done is true (status alone is not enough)."""
+    from shopsim_wh.ingest.synth_v4 import line, record
+
+    run = tmp_path / "runs" / "done-flag"
+    run.mkdir(parents=True)
+    recs = [record(t, 0, steps=2, obs_words=3, think_words=1, seed=7, split="val") for t in (11, 12, 13)]
+    recs[1]["final"]["done"] = False
+    del recs[2]["final"]["done"]
+    assert all(r["status"] == "completed" for r in recs)
+    (run / "traces.jsonl").write_bytes(b"".join(line(r) for r in recs))
+    ingest([tmp_path / "runs"], tmp_path / "wh")
+    con = connect(tmp_path / "wh")
+    (run_id,), = con.execute("SELECT run_id FROM runs").fetchall()
+    got = con.execute("SELECT completed, failed FROM run_metrics WHERE run_id = ?", [run_id]).fetchone()
+    assert got == (1, 2)
+    assert con.execute("SELECT completed, failed FROM eval_summary WHERE run_id = ?", [run_id]).fetchone() == (1, 2)

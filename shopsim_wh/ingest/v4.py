@@ -570,7 +570,9 @@ def _emit(ctx: UnitContext, st: _State, rec: dict, eid: str, attempt: int, task_
     persona = reset_d.get("user_persona")
     add("episodes", {**key, **ctx.episode_common(), "task_id": task_id, "sample_id": sample_id,
                      "seed": seed, "split": job.get("split"), "status": rec["status"],
-                     "done": fin.get("done") if isinstance(fin.get("done"), bool) else None,
+                     # the original store calls a completed record complete only when final.done is true
+                     "done": (fin.get("done") is True) if rec["status"] == "completed" else (
+                         fin.get("done") if isinstance(fin.get("done"), bool) else None),
                      "reward": float(fin["reward"]) if isinstance(fin.get("reward"), NUM) else None,
                      **rs, "reward_derived": False if has_r else None,
                      "right_product": _right_product(goal, asin, detail_d) if final is not None else None,

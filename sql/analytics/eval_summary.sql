@@ -24,7 +24,8 @@
 -- errors     MAP error type -> failed episodes ('unknown' when the attempt has none)
 -- Not reproduced: created_at (when the original wrote the file). Limits: a line the v4 reader rejected but
 -- Python's json reads is a failed attempt with error_type = the ingest error class (the original would read its
--- fields); a completed record without final.done counts as completed unless the reader stored done = false.
+-- fields). A completed record whose final.done is not true is stored with done = false by the v4 reader, so
+-- it counts as failed, as in the original; sources without a done flag (done NULL) count by status.
 -- shopsim_wh.summary.eval_summary_json assembles a row into the summary.json shape.
 -- DuckDB-specific: MAP, json_each / json_extract, the macros.
 CREATE OR REPLACE VIEW eval_summary AS
