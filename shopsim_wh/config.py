@@ -151,16 +151,22 @@ def _resolve(base: Path, value: str | None) -> str | None:
     return os.path.normpath(p if p.is_absolute() else (base / p))
 
 
-def load_config(path: str | os.PathLike) -> Config:
-    path = Path(path)
+def read_yaml_mapping(path: Path) -> dict:
+    """A YAML file whose top level is a mapping, or a ConfigError that says what is wrong with it."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file {path} not found") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    return raw
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    path = Path(path)
+    raw = read_yaml_mapping(path)
     base = path.resolve().parent
     origin: dict[str, str] = {}
     try:

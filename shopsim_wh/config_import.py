@@ -286,15 +286,10 @@ def import_file(path: str | os.PathLike, out: str | os.PathLike | None = None) -
     """
     import yaml
 
+    from .config import read_yaml_mapping
+
     src = Path(path)
-    try:
-        raw = yaml.safe_load(src.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file {src} not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{src} is not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{src}: expected a mapping at the top level")
+    raw = read_yaml_mapping(src)
     if not is_original(raw):
         raise ConfigError(f"{src} is not a ShopSimRL experiment config (it has none of {', '.join(_MARKERS)}); "
                           "a shopsim-wh config needs no import")

@@ -193,3 +193,10 @@ def fetch_arrow(result: duckdb.DuckDBPyConnection) -> pa.Table:
     """The executed query's result as an Arrow table (DuckDB 2.x `to_arrow_table`, 1.x `fetch_arrow_table`)."""
     fn = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
     return fn()
+
+
+def as_connection(con_or_warehouse: duckdb.DuckDBPyConnection | str | os.PathLike) -> duckdb.DuckDBPyConnection:
+    """The library entry points take an open connection or a warehouse path; this is the one place that decides."""
+    if isinstance(con_or_warehouse, duckdb.DuckDBPyConnection):
+        return con_or_warehouse
+    return connect(con_or_warehouse)

@@ -28,7 +28,6 @@ import random
 from datetime import UTC, datetime
 from statistics import fmean
 
-import duckdb
 import numpy as np
 
 from ..errors import ShopsimError
@@ -233,12 +232,9 @@ def compare(con_or_warehouse, bare: str, equipped: str, samples: int = DEFAULT_S
         raise ComparisonError(f"confidence_level must be between 0 and 1, not {confidence_level}")
     if summation not in SUMMATIONS:
         raise ComparisonError(f"summation must be one of {', '.join(SUMMATIONS)}, not {summation!r}")
-    if isinstance(con_or_warehouse, duckdb.DuckDBPyConnection):
-        con = con_or_warehouse
-    else:
-        from ..db import connect
+    from ..db import as_connection
 
-        con = connect(con_or_warehouse)
+    con = as_connection(con_or_warehouse)
     keys, b, e, frozen, checked = _align(con, bare, equipped)
     bm = {k: job_metrics(b[k]) for k in keys}
     em = {k: job_metrics(e[k]) for k in keys}

@@ -20,8 +20,6 @@ import json
 import math
 from dataclasses import dataclass, field
 
-import duckdb
-
 from .gate import GateDataError, GateError, bare_score, check_pairable
 from .stats import ZERO_TOLERANCE, RankDeficient, solve_exact
 
@@ -151,12 +149,9 @@ def contributions(con_or_warehouse, bare_run: str, treatment_run: str, budget: i
         raise GateError(f"budget must be positive, not {budget}")
     if summation not in SUMMATIONS:
         raise GateError(f"summation must be one of {', '.join(SUMMATIONS)}, not {summation!r}")
-    if isinstance(con_or_warehouse, duckdb.DuckDBPyConnection):
-        con = con_or_warehouse
-    else:
-        from ..db import connect
+    from ..db import as_connection
 
-        con = connect(con_or_warehouse)
+    con = as_connection(con_or_warehouse)
     _, treat = check_pairable(con, bare_run, treatment_run, allow_missing_checkpoint)
     cur = con.execute("SELECT * FROM paired_deltas(?, ?) ORDER BY task_id, sample_id", [bare_run, treatment_run])
     names = [d[0] for d in cur.description]

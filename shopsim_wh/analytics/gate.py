@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -389,7 +388,9 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
         raise GateError(f"alpha must be in (0, 1), not {alpha}")
     if bootstrap < 0:
         raise GateError(f"bootstrap must be >= 0, not {bootstrap}")
-    con = con_or_warehouse if isinstance(con_or_warehouse, duckdb.DuckDBPyConnection) else _connect(con_or_warehouse)
+    from ..db import as_connection
+
+    con = as_connection(con_or_warehouse)
     bare, treat = check_pairable(con, bare_run, treatment_run, allow_missing_checkpoint)
     table = f"gate_pairs_{uuid.uuid4().hex[:12]}"
     con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM paired_deltas(?, ?)", [bare_run, treatment_run])
@@ -469,8 +470,3 @@ def bare_score(con, run_id: str) -> dict:
     out = dict(zip(cols, cur.fetchone(), strict=True))
     return {c: (None if isinstance(v, float) and math.isnan(v) else v) for c, v in out.items()}
 
-
-def _connect(root: str | os.PathLike):
-    from ..db import connect
-
-    return connect(root)
