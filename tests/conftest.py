@@ -15,7 +15,6 @@ import pytest
 import uvicorn
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 
 
 def free_port() -> int:

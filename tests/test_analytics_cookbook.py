@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from .conftest import REPO, SHARED
+from .conftest import REPO
 from .test_analytics_support import synth_connection
 
 COOKBOOK = REPO / "docs" / "sql_cookbook.md"
@@ -14,8 +14,9 @@ BLOCKS = re.findall(r"```sql\n(.*?)```", COOKBOOK.read_text(), re.S)
 
 
 def test_every_question_is_answered():
-    questions = (SHARED / "spec" / "questions.md").read_text() if (SHARED / "spec").exists() else ""
-    numbers = {int(n) for n in re.findall(r"^(\d+)\. ", questions, re.M)} or set(range(1, 22))
+    questions = (REPO / "tests" / "fixtures" / "spec" / "questions.md").read_text()  # the project's acceptance questions
+    numbers = {int(n) for n in re.findall(r"^(\d+)\. ", questions, re.M)}
+    assert len(numbers) >= 20
     answered = {int(n) for n in re.findall(r"^\*\*(\d+)\. ", COOKBOOK.read_text(), re.M)}
     assert numbers <= answered
     views = ["ir_agents", "ir_steps", "ir_context", "ir_context_budget", "ir_context_json", "ir_tools", "ir_render",

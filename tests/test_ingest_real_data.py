@@ -1,4 +1,4 @@
-"""Every real file in ../shared/data ingests with the counts its SOURCES.md states."""
+"""Every real third-party file in tests/fixtures/third_party ingests with the counts its SOURCES.md states."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from shopsim_wh.db import connect
 from shopsim_wh.ingest import ingest
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parent / "fixtures" / "third_party"  # byte-exact copies; licences in SOURCES.md
 CC_SESSION = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
 CC_INLINE = "f48d4407-3211-4227-9787-2fba4bc7c9bb"
 
