@@ -1,7 +1,7 @@
 """Ingest of historical traces (issue 3): readers registered by name, one entry point.
 
     from shopsim_wh.ingest import ingest, dump_episode, dump_run
-    summary = ingest(["../shared/data"], "warehouse")
+    summary = ingest(["~/traces"], "warehouse")
 
 Core code: no typer, no rich. The CLI wires ``shopsim-wh ingest`` / ``shopsim-wh dump`` to these.
 """
