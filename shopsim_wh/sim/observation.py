@@ -54,18 +54,20 @@ def _results_lines(state: Mapping) -> list[str]:
     ]
     products = state.get("products") or []
     for p in products:
-        lines += [
-            f"{int(p.get('rank', 0))}. {_text(p.get('title')) or '未命名商品'}",
-            f"   ASIN：{_text(p.get('asin'))}",
-            f"   价格：{_shown(p.get('price'))}",
-            f"   品牌：{_text(p.get('brand')) or '未提供'}",
-            f"   类别：{_text(p.get('category')) or '未提供'}",
-        ]
-        attrs = _values(p.get("key_attributes"))
-        if attrs:
-            lines.append("   关键属性：" + "；".join(attrs))
+        lines.append(f"{int(p.get('rank', 0))}. {_text(p.get('title')) or '未命名商品'}")
+        lines += _product_facts(p, p.get("price"), "   ")
     if not products:
         lines.append("（本页没有商品）")
+    return lines
+
+
+def _product_facts(p: Mapping, price, prefix: str) -> list[str]:
+    """The id, price, brand, category and key-attribute lines of a product, as results and detail pages show them."""
+    lines = [f"{prefix}ASIN：{_text(p.get('asin'))}", f"{prefix}价格：{_shown(price)}",
+             f"{prefix}品牌：{_text(p.get('brand')) or '未提供'}", f"{prefix}类别：{_text(p.get('category')) or '未提供'}"]
+    attrs = _values(p.get("key_attributes"))
+    if attrs:
+        lines.append(f"{prefix}关键属性：" + "；".join(attrs))
     return lines
 
 
@@ -78,14 +80,8 @@ def _product_lines(state: Mapping) -> list[str]:
         f"页面：{'商品属性页' if subpage else '商品详情'}",
         "商品：",
         f"- 标题：{_text(product.get('title')) or '未命名商品'}",
-        f"- ASIN：{_text(product.get('asin'))}",
-        f"- 价格：{_shown(state.get('selected_price', product.get('price')))}",
-        f"- 品牌：{_text(product.get('brand')) or '未提供'}",
-        f"- 类别：{_text(product.get('category')) or '未提供'}",
+        *_product_facts(product, state.get("selected_price", product.get("price")), "- "),
     ]
-    attrs = _values(product.get("key_attributes"))
-    if attrs:
-        lines.append("- 关键属性：" + "；".join(attrs))
     lines += ["", "规格选择："]
     if available:
         for axis, values in available.items():
