@@ -188,7 +188,7 @@ def _effort_section(con) -> Section:
     unpriced = sorted({r["model_name"] or "(no model name)" for r in cost if not r["priced"]})
     if priced:
         ch = charts.mean_sem_bars("cost", "Cost per episode by run (USD, mean ± SEM)", priced, "run_id", "run",
-                                  "model_name", "model", "USD per completed episode", offset=False)
+                                  "model_name", "model", "cost per completed episode (USD)", offset=False)
         ch.columns = ["run_id", "model_name", "episodes", "usd_mean", "usd_sem", "usd_total"]
         s.charts.append(ch)
     if unpriced:

@@ -1,0 +1,224 @@
+"""`shopsim-wh report`: the HTML report over a small real warehouse (two demo runs of the embedded simulator,
+bare and skill, plus the real Claude Code traces of tests/fixtures/third_party), its figures checked against the
+views, and the page rendered in headless Chromium over the DevTools protocol."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shopsim_wh import db
+from shopsim_wh.config import load_config
+from shopsim_wh.db import connect
+from shopsim_wh.ingest import ingest
+from shopsim_wh.report import ReportError, build, write_report
+from shopsim_wh.runner import run
+
+from .browser import Browser, chromium_binary
+from .conftest import REPO
+
+CLI = [sys.executable, "-m", "shopsim_wh.cli.main"]
+THIRD_PARTY = REPO / "tests" / "fixtures" / "third_party"
+EXPECTED_CHARTS = {"reward_by_run", "reward_by_checkpoint", "components", "termination", "error_codes", "error_steps",
+                   "step_hist", "token_hist", "cost", "pass_at_k", "gate_estimates", "gate_deltas", "coding_tools",
+                   "coding_errors", "coding_agents"}
+PRICE = {"scripted-strong": (0.1, 0.4)}
+
+
+def _small(cfg_name: str, tmp: Path) -> Path:
+    """configs/<cfg_name>.yaml with 8 tasks x 2 repeats (skill paths made absolute)."""
+    raw = yaml.safe_load((REPO / "configs" / f"{cfg_name}.yaml").read_text())
+    raw["tasks"]["sample_size"] = 8
+    if raw["skills"].get("path"):
+        raw["skills"]["path"] = str(REPO / "configs" / raw["skills"]["path"])
+    path = tmp / f"{cfg_name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture(scope="module")
+def wh(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("report")
+    root = tmp / "wh"
+    for name in ("demo", "demo_skill"):
+        result = run(load_config(_small(name, tmp)), str(root))
+        assert result.failed == 0
+    ingest([THIRD_PARTY / "claude_code_session-share", THIRD_PARTY / "claude_code_cclogviewer"], root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def page(wh, tmp_path_factory) -> tuple[Path, dict]:
+    """The report of every run with the gate, written by the CLI in a real subprocess."""
+    out = tmp_path_factory.mktemp("page") / "report.html"
+    proc = subprocess.run([*CLI, "report", "-w", str(wh), "--gate", "demo:demo-skill", "--bootstrap", "200",
+                           "--price", "scripted-strong=0.1,0.4", "-o", str(out), "--format", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return out, json.loads(proc.stdout)
+
+
+def _specs(text: str) -> dict[str, dict]:
+    found = re.findall(r'<script type="application/json" data-chart="chart-([a-z_]+)">(.*?)</script>', text, re.S)
+    return {key: json.loads(body) for key, body in found}
+
+
+def test_cli_summary_lists_every_section_and_chart(page, wh):
+    out, summary = page
+    assert summary["out"] == str(out) and summary["bytes"] == out.stat().st_size
+    con = connect(wh)
+    assert summary["runs"] == [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY created_at, run_id").fetchall()]
+    assert set(summary["charts"]) == EXPECTED_CHARTS
+    assert summary["sections"] == ["runs", "outcomes", "failures", "effort", "pass_at_k", "gate", "coding"]
+    from shopsim_wh.analytics.gate import gate
+
+    direct = gate(con, "demo", "demo-skill", bootstrap=200)
+    assert summary["gate"]["decision"] == direct.decision and summary["gate"]["n_pairs"] == direct.n_pairs == 16
+    assert summary["gate"]["coefficients"] == [pytest.approx(c.to_dict()) for c in direct.coefficients]
+
+
+def test_page_is_self_contained(page):
+    text = page[0].read_text()
+    assert "Content-Security-Policy" in text and "connect-src 'none'" in text
+    markup = re.sub(r"(<script[^>]*>).*?</script>", r"\1</script>", text, flags=re.S)  # the tags, not the code
+    assert markup.count("<script") == len(_specs(text)) + 2  # the vendored runtime, the specs, the renderer
+    assert not re.search(r"<(script|img|link|iframe|object|embed)[^>]+(src|href|data)=", markup, re.I)
+    assert "sourceMappingURL" not in text
+    for name in ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js"):
+        assert f"/* {name}: see shopsim_wh/report/vendor/SOURCES.md" in text
+
+
+def test_every_chart_has_titles_units_and_a_table(page):
+    text = page[0].read_text()
+    specs = _specs(text)
+    assert set(specs) == EXPECTED_CHARTS
+    for key, spec in specs.items():
+        assert spec["title"], key
+        encodings = [spec.get("encoding", {})] + [layer.get("encoding", {}) for layer in
+                                                  spec.get("layer", spec.get("spec", {}).get("layer", []))]
+        axes = [e[ch] for e in encodings for ch in ("x", "y") if ch in e and e[ch].get("title")]
+        assert len({ch for e in encodings for ch in ("x", "y") if e.get(ch, {}).get("title")}) == 2, key
+        assert all("(" in a["title"] for a in axes if a["type"] == "quantitative"), (key, axes)  # a unit
+        rows = spec["data"]["values"]
+        assert rows, key
+        summary = f"Data: {html.escape(spec['title'])} ({len(rows)} rows)"
+        assert summary in text, key
+
+
+def test_figures_match_the_views(page, wh):
+    specs = _specs(page[0].read_text())
+    con = connect(wh)
+    metrics = {r[0]: r[1:] for r in con.execute(
+        "SELECT run_id, reward_mean, reward_sem, r_success_mean, pass_at_k, r_option_mean FROM run_metrics").fetchall()}
+    reward = {(r["run_id"], r["metric"]): r for r in specs["reward_by_run"]["data"]["values"]}
+    for run_id in ("demo", "demo-skill"):
+        mean, sem, success, pass_k, r_option = metrics[run_id]
+        assert reward[run_id, "reward"]["mean"] == pytest.approx(mean)
+        assert reward[run_id, "reward"]["sem"] == pytest.approx(sem)
+        assert reward[run_id, "reward"]["lo"] == pytest.approx(mean - sem)
+        assert reward[run_id, "success"]["mean"] == pytest.approx(success)
+        curve = {r["k"]: r for r in specs["pass_at_k"]["data"]["values"] if r["run_id"] == run_id}
+        assert sorted(curve) == [1, 2] and curve[2]["pass_at_k"] == pytest.approx(pass_k)
+        comp = {r["component"]: r["mean"] for r in specs["components"]["data"]["values"] if r["run_id"] == run_id}
+        assert comp["r_option"] == pytest.approx(r_option)
+    assert {r["run_id"] for r in specs["reward_by_run"]["data"]["values"]} == {"demo", "demo-skill"}
+    usd = con.execute("SELECT avg((tokens_in * 0.1 + tokens_out * 0.4) / 1e6) FROM episodes WHERE run_id = 'demo' "
+                      "AND status = 'completed'").fetchone()[0]
+    cost = {r["run_id"]: r for r in specs["cost"]["data"]["values"]}
+    assert set(cost) == {"demo", "demo-skill"} and cost["demo"]["usd_mean"] == pytest.approx(usd)
+    steps = sum(r["episodes"] for r in specs["step_hist"]["data"]["values"] if r["run_id"] == "demo")
+    assert steps == 16
+    pairs = con.execute("SELECT count(*), sum(delta) FROM paired_deltas('demo', 'demo-skill')").fetchone()
+    per_task = specs["gate_deltas"]["data"]["values"]
+    assert sum(r["pairs"] for r in per_task) == pairs[0]
+    assert sum(r["delta"] * r["pairs"] for r in per_task) == pytest.approx(pairs[1])
+    tools = {(r["run_id"], r["tool_name"]): r["calls"] for r in specs["coding_tools"]["data"]["values"]}
+    direct = dict(((r, t), n) for r, t, n in con.execute(
+        "SELECT a.run_id, a.tool_name, count(*) FROM actions AS a JOIN runs USING (run_id) "
+        "WHERE runs.source_format = 'claude-code' AND a.tool_name IS NOT NULL GROUP BY ALL").fetchall())
+    assert tools == direct and len(direct) >= 5
+    assert {r["agent_role"] for r in specs["coding_agents"]["data"]["values"]} >= {"general-purpose"}
+
+
+def test_selection_by_experiment_and_errors(wh, tmp_path):
+    con = connect(wh)
+    rep = build(con, experiment="demo-skill")
+    assert rep.run_ids == ["demo-skill"]
+    assert [s.key for s in rep.sections] == ["runs", "outcomes", "failures", "effort", "pass_at_k"]
+    with pytest.raises(ReportError, match="known experiments: claude-code, demo, demo-skill"):
+        build(con, experiment="dmeo")
+    with pytest.raises(ReportError, match="unknown run id.*nope.*known: demo"):
+        build(con, runs=["demo", "nope"])
+    # cost is left out, with the reason, for models without a price
+    effort = next(s for s in build(con, runs=["demo"]).sections if s.key == "effort")
+    assert "cost" not in [c.key for c in effort.charts] and "No price for model(s) scripted-strong" in effort.notes[0]
+    from typer.testing import CliRunner
+
+    from shopsim_wh.cli.main import app
+
+    res = CliRunner().invoke(app, ["report", "-w", str(wh), "--gate", "demo", "-o", str(tmp_path / "x.html")])
+    assert res.exit_code == 2 and "BARE_RUN:TREATMENT_RUN" in res.output and not (tmp_path / "x.html").exists()
+
+
+def test_gate_section_lists_recorded_decisions_when_the_table_exists(page, wh, tmp_path):
+    if "gate_results" not in [n for n, _ in db.view_names(connect(wh))]:  # before the table exists: a note
+        assert "no `gate_results` table yet" in page[0].read_text()
+    con = connect(wh)
+    # gate_results as the catalog branch declares it (SCHEMA_VERSION 4), replaced on this in-memory connection only
+    con.execute("""CREATE OR REPLACE VIEW gate_results AS SELECT * FROM (VALUES
+        ('demo-skill', 'g1', TIMESTAMPTZ '2026-12-01 10:00:00+00', 'significance', 'pass', 'demo', 'demo-skill',
+         'scripted-strong@v1', 'scripted-strong@v1', 20, 1.0, '["options-before-buy"]', '["options-before-buy"]', '0.1.0'),
+        ('demo-skill', 'g0', TIMESTAMPTZ '2026-11-30 10:00:00+00', 'significance', 'fail', 'demo', 'demo-skill',
+         'scripted-strong@v1', 'scripted-strong@v1', 20, 1.0, '[]', '[]', '0.1.0'),
+        ('other', 'g2', TIMESTAMPTZ '2026-12-01 11:00:00+00', 'significance', 'fail', 'demo', 'other',
+         NULL, NULL, 3, 0.1, '[]', '[]', '0.1.0'))
+        AS t (run_id, gate_id, decided_at, rule, decision, bare_run, treatment_run, bare_checkpoint_id,
+              treatment_checkpoint_id, n_pairs, coverage, covariate_names, selected, tool_version)""")
+    out = tmp_path / "r.html"
+    write_report(con, out, runs=["demo", "demo-skill"], gate=("demo", "demo-skill"), bootstrap=50)
+    text = out.read_text()
+    assert "Recorded gate decisions for this pair (2)" in text
+    assert text.index(">g1<") < text.index(">g0<") and ">g2<" not in text
+
+
+def test_report_renders_in_headless_chromium(page, tmp_path):
+    binary = chromium_binary()
+    if binary is None:
+        reason = "chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)"
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    out, summary = page
+    (tmp_path / "profile").mkdir()
+    browser = Browser(binary, tmp_path / "profile")
+    try:
+        browser.open(out.as_uri())
+        browser.wait_for("document.body && document.body.getAttribute('data-charts') === 'done'")
+        drawn = browser.evaluate("""Array.from(document.querySelectorAll('.chart')).map(function (el) {
+            var svg = el.querySelector('svg');
+            return {id: el.id, drawn: el.getAttribute('data-drawn'),
+                    marks: svg ? svg.querySelectorAll('g.role-mark > *').length : 0,
+                    width: svg ? svg.getBoundingClientRect().width : 0,
+                    title: svg ? (svg.querySelector('g.role-title text') || {}).textContent : null};
+        })""")
+        browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=1700, deviceScaleFactor=1, mobile=False)
+        browser.screenshot(tmp_path / "report.png")
+        problems, urls = browser.problems(), browser.requested_urls()
+    finally:
+        browser.close()
+    assert {d["id"] for d in drawn} == {f"chart-{k}" for k in summary["charts"]}
+    for d in drawn:
+        assert d["drawn"] == "ok" and d["marks"] > 0 and d["width"] > 100 and d["title"], d
+    assert problems == []
+    assert urls and all(u.startswith("file://") for u in urls), urls
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+    if os.environ.get("SHOPSIM_WH_REPORT_SCREENSHOT"):  # regenerate docs/report.png
+        shutil.copy(tmp_path / "report.png", os.environ["SHOPSIM_WH_REPORT_SCREENSHOT"])
