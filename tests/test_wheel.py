@@ -35,6 +35,11 @@ con = db.connect(tempfile.mkdtemp())
 names = [n for n, _ in db.view_names(con)]
 for required in ("episodes", "steps", "actions", "observations", "messages", "agents", "runs"):
     assert required in names, required
+from importlib import resources
+report = resources.files("shopsim_wh.report")
+for f in ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js", "LICENSE.vega", "SOURCES.md"):
+    assert (report / "vendor" / f).is_file(), f  # the report's offline runtime ships in the wheel
+assert (report / "sql" / "summary.sql").is_file()
 print(len(files), len(names))
 """
     out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)

@@ -256,11 +256,14 @@ def build(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None, experim
     if prices:
         set_prices(con, prices)
     queries.install_selection(con, run_ids)
+    kinds = {k for (k,) in con.execute("SELECT DISTINCT kind FROM report_runs").fetchall()}
+    rollout = [("reward and success", _outcomes_section), ("steps, tokens, cost", _effort_section),
+               ("pass@k", _pass_at_k_section)] if "rollout" in kinds else []
     steps: list[tuple[str, Callable]] = [
-        ("runs", _runs_section), ("reward and success", _outcomes_section), ("endings and errors", _failures_section),
-        ("steps, tokens, cost", _effort_section), ("pass@k", _pass_at_k_section), ("coding sessions", _coding_section)]
+        ("runs", _runs_section), *rollout[:1], ("error labels", queries.install_labels),
+        ("endings and errors", _failures_section), *rollout[1:], ("coding sessions", _coding_section)]
     if gate:
-        steps.insert(5, ("paired gate", lambda c: gate_section(c, gate[0], gate[1], bootstrap, seed)))
+        steps.insert(len(steps) - 1, ("paired gate", lambda c: gate_section(c, gate[0], gate[1], bootstrap, seed)))
     sections, gate_info = [], None
     for i, (label, fn) in enumerate(steps):
         if progress:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"  # an identifier vega-embed parses, never fetched
-WIDTH = 620
+WIDTH = 420
 
 
 @dataclass

@@ -25,8 +25,8 @@ CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
 header{background:#1f2933;color:#fff;padding:18px 28px}header h1{margin:0;font-size:22px}
 header p{margin:4px 0 0;color:#cbd2d9}nav{padding:8px 28px;background:#e4e7eb}nav a{margin-right:14px;color:#1f2933}
-main{padding:8px 28px 40px;max-width:1100px}section{background:#fff;border:1px solid #e4e7eb;border-radius:6px;
-padding:4px 18px 16px;margin:18px 0}h2{font-size:18px}figure{margin:14px 0}.chart{min-height:40px}
+main{padding:8px 28px 40px;max-width:1320px}.charts{display:flex;flex-wrap:wrap;gap:4px 28px}section{background:#fff;border:1px solid #e4e7eb;border-radius:6px;
+padding:4px 18px 16px;margin:18px 0}h2{font-size:18px}figure{margin:14px 0;max-width:100%}.chart{min-height:40px}
 table{border-collapse:collapse;font-size:12px;margin:6px 0}th,td{border:1px solid #d9dde2;padding:3px 7px;
 text-align:right;white-space:nowrap}th{background:#f0f2f5}td.s{text-align:left}.scroll{overflow-x:auto}
 details summary{cursor:pointer;color:#52606d}.note{color:#52606d;margin:6px 0}
@@ -105,7 +105,8 @@ def _section(s: Section) -> str:
     parts = [f'<section id="{escape(s.key)}"><h2>{escape(s.title)}{badge}</h2><p class="note">{escape(s.intro)}</p>']
     parts += [f'<p class="note">{escape(n)}</p>' for n in s.notes]
     parts += [_plain_table(t) for t in s.tables]
-    parts += [_chart(c) for c in s.charts]
+    if s.charts:
+        parts.append('<div class="charts">' + "".join(_chart(c) for c in s.charts) + "</div>")
     parts.append("</section>")
     return "\n".join(parts)
 

@@ -34,9 +34,14 @@ def scalar_row(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = 
 
 
 def install_selection(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
-    """TEMP table ``report_runs`` (the selected runs and their kind) and TEMP view ``report_episodes``."""
+    """TEMP tables ``report_runs`` (the selected runs and their kind) and ``report_episodes``."""
     con.execute("CREATE OR REPLACE TEMP TABLE report_runs AS " + text("report_runs"), {"run_ids": run_ids})
-    con.execute(text("report_episodes"))
+    con.execute("CREATE OR REPLACE TEMP TABLE report_episodes AS " + text("report_episodes"))
+
+
+def install_labels(con: duckdb.DuckDBPyConnection) -> None:
+    """TEMP table ``report_labels``: the selected runs' error labels, computed once."""
+    con.execute("CREATE OR REPLACE TEMP TABLE report_labels AS " + text("report_labels"))
 
 
 def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:

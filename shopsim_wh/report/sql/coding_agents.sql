@@ -1,5 +1,5 @@
 -- coding_agents: the sub-agents of the selected coding sessions (ir_agents, depth > 0) by role: how many, the
--- model steps and tokens they took, and the delegate calls labelled subagent_failure (error_labels) per session.
+-- model steps and tokens they took, and the delegate calls labelled subagent_failure (report_labels) per session.
 -- grain: one row per (run_id, agent_role). key: (run_id, agent_role)
 WITH sub AS (
     SELECT run_id, coalesce(agent_role, 'unknown') AS agent_role, n_steps, tokens_in, tokens_out
@@ -9,7 +9,7 @@ WITH sub AS (
 
 failed AS (
     SELECT run_id, count(*) AS subagent_failures
-    FROM error_labels
+    FROM report_labels
     WHERE code = 'subagent_failure' AND run_id IN (SELECT run_id FROM report_runs WHERE kind = 'coding')
     GROUP BY run_id
 )

@@ -2,7 +2,7 @@
 -- step, e.g. a reset failure, are left out).
 -- grain: one row per (code, step_idx). key: (code, step_idx)
 SELECT code, step_idx, count(*) AS labels
-FROM error_labels
-WHERE run_id IN (SELECT run_id FROM report_runs) AND step_idx IS NOT NULL
+FROM report_labels
+WHERE step_idx IS NOT NULL
 GROUP BY code, step_idx
 ORDER BY code, step_idx;

@@ -1,8 +1,8 @@
 -- report_episodes: the final attempt of every episode of the report's runs (TEMP table report_runs) with its kind, the
 -- run's checkpoint and model and completion by episode_completed (run_metrics.sql); r_success as the episodes
 -- view derives it where the source stored none.
+-- Materialised once per report as the TEMP table report_episodes (queries.install_selection).
 -- grain: one row per episode (final attempt) of a selected run. key: (run_id, episode_id)
-CREATE OR REPLACE TEMP VIEW report_episodes AS
 SELECT
     e.run_id,
     k.kind,
