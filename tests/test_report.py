@@ -212,6 +212,20 @@ def test_report_renders_in_headless_chromium(page, tmp_path):
         })""")
         browser.screenshot(tmp_path / "report.png")
         problems, urls = browser.problems(), browser.requested_urls()
+        # the same checks see a broken chart and a request for a remote image (which the page's CSP blocks):
+        # the report's head (runtime, CSP) and renderer around one bad spec
+        text = out.read_text()
+        broken = tmp_path / "broken.html"
+        broken.write_text(text[:text.index("<body><header>")] + '<body><div class="chart" id="chart-termination"></div>'
+                          '<script type="application/json" data-chart="chart-termination">{"mark": "nonsense", '
+                          '"data": {"values": []}}</script><img src="http://127.0.0.1:9/x.png" alt="">'
+                          + text[text.rindex("<script>"):])
+        browser.events.clear()
+        browser.call("Page.navigate", url=broken.as_uri())
+        browser.wait_for("location.href.endsWith('broken.html') && document.body && "
+                         "document.body.getAttribute('data-charts') === 'done'")
+        broken_drawn = browser.evaluate("document.getElementById('chart-termination').getAttribute('data-drawn')")
+        broken_problems = browser.problems()
     finally:
         browser.close()
     assert {d["id"] for d in drawn} == {f"chart-{k}" for k in summary["charts"]}
@@ -220,6 +234,9 @@ def test_report_renders_in_headless_chromium(page, tmp_path):
     assert problems == []
     assert urls and all(u.startswith("file://") for u in urls), urls
     assert (tmp_path / "report.png").stat().st_size > 10_000  # the page painted (docs/report.md: the docs' shot)
+    assert broken_drawn == "error"
+    assert any("chart chart-termination" in p for p in broken_problems), broken_problems
+    assert any("127.0.0.1:9" in p for p in broken_problems), broken_problems
 
 
 def test_every_report_query_states_its_grain():
