@@ -171,11 +171,16 @@ def test_selection_by_experiment_and_errors(wh, con, tmp_path):
 
 
 def test_gate_section_lists_recorded_decisions_when_the_table_exists(page, wh, tmp_path):
-    con = connect(wh)
+    """Also: what a report adds to its connection (selection, prices, this test's gate_results) is TEMP, so a
+    catalog database file it runs on is left as it was."""
+    catalog = tmp_path / "catalog.duckdb"
+    con = connect(wh, database=str(catalog))
+    objects = "SELECT table_name, table_type FROM information_schema.tables ORDER BY ALL"
+    before = con.execute(objects).fetchall()
     if "gate_results" not in [n for n, _ in db.view_names(con)]:  # before the table exists: a note
         assert "no `gate_results` table yet" in page[0].read_text()
-    # gate_results as the catalog branch declares it (SCHEMA_VERSION 4), replaced on this in-memory connection only
-    con.execute("""CREATE OR REPLACE VIEW gate_results AS SELECT * FROM (VALUES
+    # gate_results as the catalog branch declares it (SCHEMA_VERSION 4), shadowed on this connection only
+    con.execute("""CREATE OR REPLACE TEMP VIEW gate_results AS SELECT * FROM (VALUES
         ('demo-skill', 'g1', TIMESTAMPTZ '2026-12-01 10:00:00+00', 'significance', 'pass', 'demo', 'demo-skill',
          'scripted-strong@v1', 'scripted-strong@v1', 20, 1.0, '["options-before-buy"]', '["options-before-buy"]', '0.1.0'),
         ('demo-skill', 'g0', TIMESTAMPTZ '2026-11-30 10:00:00+00', 'significance', 'fail', 'demo', 'demo-skill',
@@ -185,10 +190,18 @@ def test_gate_section_lists_recorded_decisions_when_the_table_exists(page, wh, t
         AS t (run_id, gate_id, decided_at, rule, decision, bare_run, treatment_run, bare_checkpoint_id,
               treatment_checkpoint_id, n_pairs, coverage, covariate_names, selected, tool_version)""")
     out = tmp_path / "r.html"
-    write_report(con, out, runs=["demo", "demo-skill"], gate=("demo", "demo-skill"), bootstrap=50)
+    summary = write_report(con, out, runs=["demo", "demo-skill"], gate=("demo", "demo-skill"), bootstrap=50,
+                           prices={"scripted-strong": (1.0, 2.0)})
     text = out.read_text()
     assert "Recorded gate decisions for this pair (2)" in text
     assert text.index(">g1<") < text.index(">g0<") and ">g2<" not in text
+    assert "cost" in summary["charts"]
+    con.close()
+    import duckdb
+
+    after = duckdb.connect(str(catalog), read_only=True)
+    assert after.execute("SELECT count(*) FROM model_prices WHERE model_name = 'scripted-strong'").fetchone() == (0,)
+    assert after.execute(objects).fetchall() == before
 
 
 def test_report_renders_in_headless_chromium(page, tmp_path):

@@ -92,15 +92,16 @@ def select_runs(con: duckdb.DuckDBPyConnection, runs: list[str] | None, experime
 def set_prices(con: duckdb.DuckDBPyConnection, prices: dict[str, tuple[float, float]]) -> None:
     """Price models for this connection (USD per million input / output tokens), on top of ``model_prices``.
 
-    Replaces the connection's ``model_prices`` view by one over a TEMP table (shipped rows plus ``prices``,
-    which win), as sql/analytics/model_prices.sql describes; other connections are not affected.
+    A TEMP view ``model_prices`` over a TEMP table (shipped rows plus ``prices``, which win) shadows the shipped
+    view for this connection only (as sql/analytics/model_prices.sql describes): a catalog database file is
+    never changed, other connections are not affected.
     """
     shipped = con.execute("SELECT model_name, usd_per_mtok_in, usd_per_mtok_out FROM model_prices").fetchall()
     merged = {m: (i, o) for m, i, o in shipped} | {m: (float(i), float(o)) for m, (i, o) in prices.items()}
     con.execute("CREATE OR REPLACE TEMP TABLE report_prices "
                 "(model_name VARCHAR, usd_per_mtok_in DOUBLE, usd_per_mtok_out DOUBLE)")
     con.executemany("INSERT INTO report_prices VALUES (?, ?, ?)", [(m, i, o) for m, (i, o) in merged.items()])
-    con.execute("CREATE OR REPLACE VIEW model_prices AS SELECT * FROM report_prices")
+    con.execute("CREATE OR REPLACE TEMP VIEW model_prices AS SELECT * FROM report_prices")
 
 
 def _nice(x: float) -> int:
