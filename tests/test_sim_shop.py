@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 from shopsim_wh.sim import text
 from shopsim_wh.sim.catalog import generate_catalog, make_price
@@ -63,13 +62,11 @@ def _repo_root():
     return pathlib.Path(shopsim_wh.sim.__file__).resolve().parents[2]
 
 
-def test_generation_is_fast_and_cached():
+def test_generation_is_cached():
+    # Speed is measured in bench/, not asserted here; this holds the cache and the seed dependence.
     generate_catalog.cache_clear()
     generate_tasks.cache_clear()
-    t0 = time.perf_counter()
     ts = generate_tasks(3)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 2.0  # ~0.25 s on a laptop; generous for loaded CI machines
     assert generate_tasks(3) is ts
     assert generate_catalog(3).products[0].asin != generate_catalog(0).products[0].asin
 
