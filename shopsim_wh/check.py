@@ -55,6 +55,7 @@ class CheckReport:
     unacknowledged: int = 0
     missing: list = field(default_factory=list)
     torn_ledger_lines: int = 0
+    stray: list = field(default_factory=list)  # files no snapshot lists (a killed writer's; the next writer deletes them)
     canonical_diff: dict = field(default_factory=dict)
 
     @property
@@ -142,6 +143,7 @@ def check(root: str | os.PathLike, plan_config: str | os.PathLike | None = None,
         n for run_id, n in per_run.items() if run_id not in acked_units and run_id not in runner_runs)
 
     _check_partial(wh, snap, eps, set(keys), report)
+    report.stray = stray_files(wh, raw)
     if plan_config is not None:
         run_id, planned = planned_episodes(plan_config)
         report.planned = len(planned)
@@ -151,6 +153,18 @@ def check(root: str | os.PathLike, plan_config: str | os.PathLike | None = None,
         if against is not None and not report.unreadable:  # unreadable already fails; rows cannot be compared
             report.canonical_diff = compare_canonical(root, against, run_id)
     return report
+
+
+def stray_files(wh: Warehouse, snap: Snapshot) -> list[str]:
+    """Files under the warehouse that neither the snapshot nor its pending deletions list: staged or placed
+    files of a commit that never became current, temporary catalog files."""
+    live = {e.path for es in snap.tables.values() for e in es} | {i["path"] for i in snap.pending_delete}
+    out = [f.relative_to(wh.root).as_posix() for f in wh.staging_dir.glob("*")] if wh.staging_dir.is_dir() else []
+    out += [f.relative_to(wh.root).as_posix() for f in wh.catalog_dir.glob(".*.tmp")]
+    for table in TABLES:
+        out += [rel for f in (wh.root / table).glob("*/*.parquet")
+                if (rel := f.relative_to(wh.root).as_posix()) not in live]
+    return sorted(out)
 
 
 def _check_partial(wh: Warehouse, snap: Snapshot, eps: list[dict], keys: set, report: CheckReport) -> None:

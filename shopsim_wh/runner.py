@@ -296,6 +296,7 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
         primary = health.get("primary_reward") or PRIMARY_REWARD[cfg.environment.dialect]
         stop = asyncio.Event()
         tasks: list[asyncio.Task] = []
+        running = [0]  # episodes started and not finished
 
         def abandon() -> None:  # in-flight episodes are cancelled: their leases are released, nothing is written
             stop.set()
@@ -310,7 +311,11 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
                     return
                 env = make_adapter(cfg.environment.dialect, env_client, cfg.environment.persona, cfg.environment.timeout_s)
                 rt = AgentRuntime(model, env, p.prompts, p.skills, cfg.runtime.max_steps, primary)
-                rec = await rt.run(job)
+                running[0] += 1
+                try:
+                    rec = await rt.run(job)
+                finally:
+                    running[0] -= 1
                 crash.point("runner.episode_finished")
                 committer.add(rec)
                 result.attempted += 1
@@ -332,7 +337,7 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
                 result.interrupted = sig.name
                 stop.set()
                 if start.on_signal:
-                    start.on_signal(sig.name, sum(1 for t in tasks if not t.done()))
+                    start.on_signal(sig.name, running[0])
             else:  # second signal: abandon the episodes in flight
                 abandon()
 

@@ -79,8 +79,8 @@ def run(
                             on_signal=on_signal)
     root = default_root(warehouse, cfg.output.warehouse)
     if result.interrupted:
-        typer.secho(f"interrupted by {result.interrupted}: {result.committed} episode(s) committed by this invocation "
-                    "; run the same command again to resume "
+        typer.secho(f"interrupted by {result.interrupted}: {result.committed} episode(s) committed by this invocation; "
+                    "run the same command again to resume "
                     f"(`shopsim-wh check -w {root}` verifies the warehouse)", fg="yellow", err=True)
         raise typer.Exit(result.exit_code)
     typer.echo(f"\n{result.attempted} episode(s) run in {result.seconds:.1f} s "

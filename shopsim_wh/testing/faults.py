@@ -70,22 +70,38 @@ def run_job(config: str | os.PathLike, warehouse: str | os.PathLike):
     return run(load_config(config), str(warehouse))
 
 
-def fork_call(fn: Callable[[], object], env: dict | None = None, kill_after_s: float | None = None) -> int:
-    """Run ``fn`` in a forked child with ``env`` added to its environment (crash points re-armed); returns its
-    exit code as ``subprocess`` does (-9 for SIGKILL). ``kill_after_s``: SIGKILL it after that many seconds."""
+def fork_start(fn: Callable[[], object], env: dict | None = None, output: str | os.PathLike | None = None) -> int:
+    """Start ``fn`` in a forked child (``env`` added to its environment, crash points re-armed, stdout and stderr
+    to ``output`` when given); returns its pid. The child exits with ``fn``'s SystemExit code, 0, or 99 and a
+    traceback on stderr."""
     pid = os.fork()
     if pid == 0:  # the child: never returns into the caller
         code = 0
         try:
+            if output is not None:
+                fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                import sys  # a test runner may have replaced the streams with its own capture objects
+
+                sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+                sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
             os.environ.update(env or {})
             crash.arm()
             fn()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         except BaseException:  # noqa: BLE001 - reported on stderr, exit 99
             traceback.print_exc()
             code = 99
         finally:
             crash.write_counts()  # os._exit skips atexit
             os._exit(code)
+    return pid
+
+
+def wait(pid: int, kill_after_s: float | None = None) -> int:
+    """The child's exit code as ``subprocess`` reports it (-9 for SIGKILL); SIGKILL it after ``kill_after_s``."""
     if kill_after_s is not None:
         deadline = time.monotonic() + kill_after_s
         while time.monotonic() < deadline:
@@ -96,6 +112,23 @@ def fork_call(fn: Callable[[], object], env: dict | None = None, kill_after_s: f
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+def fork_call(fn: Callable[[], object], env: dict | None = None, kill_after_s: float | None = None) -> int:
+    """:func:`fork_start` then :func:`wait`."""
+    return wait(fork_start(fn, env), kill_after_s)
+
+
+def cli(*argv: str) -> Callable[[], None]:
+    """A callable running ``shopsim-wh ARGV...`` in this interpreter (for :func:`fork_start`)."""
+    def go() -> None:
+        import sys
+
+        from ..cli.main import main
+
+        sys.argv = ["shopsim-wh", *argv]
+        main()
+    return go
 
 
 def point_counts(config: Path, warehouse: Path, work: Path, env: dict | None = None) -> dict[str, int]:
