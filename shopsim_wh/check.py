@@ -29,11 +29,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .committer import SOURCE_FORMAT as RUNNER_FORMAT
 from .ledger import read_ledger
 from .schema import PARTITION_KEY, TABLES
 from .warehouse import Snapshot, Warehouse
 
-RUNNER_FORMAT = "shopsim-wh-runner"
 # canonical: these columns depend on when and in which invocation a row was written, not on what happened
 TIMING_COLUMNS = {"load_id", "duration_s", "latency_ms"}
 NON_CANONICAL_TABLES = {"loads"}  # one row per invocation: a resumed run has more

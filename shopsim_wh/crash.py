@@ -148,9 +148,9 @@ class _Recorder:
         elif op == "mkdir":
             self._name(path, ("put", path, None))
         elif op == "sync":
-            fid = self.live.get(path)
-            if fid is not None:
-                self.synced[fid] = path.read_bytes()
+            if self.live.get(path) is None:  # created by another process (an ingest parsing worker)
+                self._name(path, ("put", path, self._new_id()))
+            self.synced[self.live[path]] = path.read_bytes()
         elif op == "replace":
             dst = Path(os.path.abspath(dst))
             fid = self.live.get(path)

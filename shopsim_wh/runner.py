@@ -24,20 +24,17 @@ from typing import Any
 import httpx
 
 from . import __version__, crash
+from .committer import SOURCE_FORMAT, Committer
 from .config import EMBEDDED, Config
 from .environment import PRIMARY_REWARD, make_adapter, read_health
 from .errors import ConfigError, FingerprintMismatch, TestSplitGuard, WarehouseFullError
 from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
-from .ledger import Ledger
 from .model import ChatModel
 from .prompts import PromptBuilder
 from .runtime import ACTION_PROTOCOL, AgentRuntime, EpisodeRecord
 from .schema import to_arrow
 from .skills import SkillProvider, load_skills
 from .warehouse import Warehouse, Writer
-
-SOURCE_FORMAT = "shopsim-wh-runner"
-COMPACT_EVERY_FILES = 64
 
 
 @dataclass
@@ -171,72 +168,6 @@ def _existing_state(wh: Warehouse, run_id: str) -> tuple[dict | None, str | None
         done, attempts
 
 
-def _record_rows(experiment: str, load_id: str, attempt: int, rec: EpisodeRecord) -> dict[str, list[dict]]:
-    key = {"episode_id": rec.job.episode_id, "attempt": attempt, "load_id": load_id}
-    ep = {**rec.episode, **key, "experiment": experiment, "source_format": SOURCE_FORMAT}
-    rows: dict[str, list[dict]] = {
-        "episodes": [ep],
-        "agents": [{**key, "agent_id": "main", "agent_role": "main", "depth": 0,
-                    "model": next((s["model"] for s in rec.steps if s.get("model")), None)}],
-        "steps": [{**s, **key} for s in rec.steps],
-        "actions": [{**a, **key} for a in rec.actions],
-        "observations": [{**o, **key} for o in rec.observations],
-        "messages": [{**m, **key, "agent_id": "main"} for m in rec.messages],
-        "skills_selected": [{**s, **key} for s in rec.skills],
-        "tools": [{**t, **key} for t in rec.tools.values()],
-        "failures": [{**rec.failure, **key}] if rec.failure else [],
-    }
-    return rows
-
-
-class _Committer:
-    """Group commit: while one commit is being written, finished episodes queue for the next."""
-
-    def __init__(self, writer: Writer, plan_: Plan, load_id: str, attempts: dict[str, int]):
-        self.writer, self.plan, self.load_id, self.attempts = writer, plan_, load_id, attempts
-        self.ledger = Ledger(writer.wh.root, load_id)
-        self.pending: list[EpisodeRecord] = []
-        self.wake = asyncio.Event()
-        self.closed = False
-        self.committed = 0
-        self.error: BaseException | None = None
-        self.on_error: Callable[[], None] = lambda: None
-
-    def add(self, rec: EpisodeRecord) -> None:
-        self.pending.append(rec)
-        self.wake.set()
-
-    def _commit(self, recs: list[EpisodeRecord]) -> None:
-        by_table: dict[str, list[dict]] = {}
-        for rec in recs:
-            attempt = self.attempts.get(rec.job.episode_id, 0) + 1
-            self.attempts[rec.job.episode_id] = attempt
-            for table, rows in _record_rows(self.plan.cfg.experiment.name, self.load_id, attempt, rec).items():
-                by_table.setdefault(table, []).extend(rows)
-        snap = self.writer.commit([(t, self.plan.run_id, to_arrow(t, rows)) for t, rows in by_table.items() if rows])
-        self.ledger.append({"writer": "run", "run_id": self.plan.run_id, "snapshot": snap.version, "episodes": [
-            [r.job.episode_id, self.attempts[r.job.episode_id], r.episode.get("status")] for r in recs]})
-        small = [e for e in self.writer.snap.files("steps", self.plan.run_id) if not e.compacted]
-        if len(small) > COMPACT_EVERY_FILES:
-            self.writer.compact(self.plan.run_id, small_only=True)
-
-    async def loop(self) -> None:
-        while True:
-            await self.wake.wait()
-            self.wake.clear()
-            recs, self.pending = self.pending, []
-            if recs:
-                try:
-                    await asyncio.to_thread(self._commit, recs)
-                except BaseException as exc:  # noqa: BLE001 - re-raised by _run_async once the episodes stop
-                    self.error = exc
-                    self.on_error()
-                    return
-                self.committed += len(recs)
-            if self.closed and not self.pending:
-                return
-
-
 def make_model(cfg: Config, client: httpx.AsyncClient) -> ChatModel:
     m = cfg.model
     return ChatModel(client, m.name, temperature=m.sampling.temperature, top_p=m.sampling.top_p,
@@ -289,7 +220,7 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
         result = start.result = RunResult(p.run_id, len(p.jobs), len(p.jobs) - len(todo))
         if start.on_start:
             start.on_start(len(todo), result.skipped)
-        committer = _Committer(writer, p, load_id, start.attempts)
+        committer = Committer(writer, p.run_id, p.cfg.experiment.name, load_id, start.attempts)
         commit_task = asyncio.create_task(committer.loop())
         sem = asyncio.Semaphore(concurrency)
         model = make_model(cfg, model_client)

@@ -105,8 +105,8 @@ def test_commit_path_and_ingest_crash_points(tmp_path):
 
 
 def test_random_sigkills_during_runs_and_resumes(tmp_path):
-    cfg = faults.write_job(tmp_path / "job.yaml", episodes=4, concurrency=2)
-    res = faults.kill_storm(cfg, tmp_path / "wh", kills=3, seed=int(os.environ.get("SHOPSIM_WH_KILL_SEED", "12")),
+    cfg = faults.write_job(tmp_path / "job.yaml", episodes=3, concurrency=2)
+    res = faults.kill_storm(cfg, tmp_path / "wh", kills=2, seed=int(os.environ.get("SHOPSIM_WH_KILL_SEED", "12")),
                             max_delay_s=1.2)
     assert res.ok, [r.summary() for r in res.reports]
     assert res.kills >= 1

@@ -40,7 +40,7 @@ def _wait_for_ledger(wh, pid, timeout=60):
 
 @pytest.mark.parametrize("sig,code,twice", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)])
 def test_a_signal_stops_the_run_gracefully_and_it_resumes(tmp_path, sig, code, twice):
-    cfg = faults.write_job(tmp_path / "job.yaml", episodes=6, concurrency=2)
+    cfg = faults.write_job(tmp_path / "job.yaml", episodes=4, concurrency=1)
     wh, out = tmp_path / "wh", tmp_path / "out.txt"
     pid = faults.fork_start(faults.cli("run", str(cfg), "-w", str(wh)), output=out)
     _wait_for_ledger(wh, pid)
@@ -53,12 +53,10 @@ def test_a_signal_stops_the_run_gracefully_and_it_resumes(tmp_path, sig, code, t
     assert f"interrupted by {sig.name}" in text and "run the same command again to resume" in text
     rep = check(wh, cfg)
     assert rep.ok and rep.stray == [] and rep.missing, rep.summary()  # stopped early, nothing half-written
-    con = connect(wh)
-    assert con.execute("select status from loads").fetchall() == [("interrupted",)]
-    con.close()
+    assert Warehouse(wh).read("loads", ["status"]).column("status").to_pylist() == ["interrupted"]
     faults.run_job(cfg, wh)
     rep = check(wh, cfg)
-    assert rep.ok and not rep.missing and rep.stored == 6, rep.summary()
+    assert rep.ok and not rep.missing and rep.stored == 4, rep.summary()
 
 
 def _small_fs(tmp_path, size_kb):
@@ -137,7 +135,7 @@ def test_writers_serialise_and_a_killed_writers_lock_and_files_are_recovered(tmp
 
 def test_readers_never_see_counts_go_down_or_a_partial_episode(tmp_path):
     wh = tmp_path / "wh"
-    cfg = faults.write_job(tmp_path / "job.yaml", episodes=10, concurrency=2)
+    cfg = faults.write_job(tmp_path / "job.yaml", episodes=6, concurrency=2)
     faults.run_job(faults.write_job(tmp_path / "first.yaml", name="first", episodes=1), wh)
     old = connect(wh)  # a reader opened before the run: its snapshot's files must outlive compaction
     before = old.execute("select count(*) from steps").fetchone()[0]
@@ -154,7 +152,7 @@ def test_readers_never_see_counts_go_down_or_a_partial_episode(tmp_path):
         con.close()
         assert partial == 0
         seen.append(n)
-    assert seen == sorted(seen) and seen[-1] == 11 and len(seen) >= 2, seen
+    assert seen == sorted(seen) and seen[-1] == 7 and len(seen) >= 2, seen
     assert old.execute("select count(*) from steps").fetchone()[0] == before  # compaction did not break it
     with Warehouse(wh).writer() as w:  # compaction and vacuum (within the grace period) under an open reader
         w.compact("durability")
