@@ -4,6 +4,7 @@ see counts that never go down and never a partial episode (docs/durability.md)."
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import signal
@@ -15,6 +16,7 @@ import pytest
 from shopsim_wh import crash
 from shopsim_wh.check import check
 from shopsim_wh.db import connect
+from shopsim_wh.errors import WarehouseFullError
 from shopsim_wh.ingest import ingest, synth_v4
 from shopsim_wh.ledger import LEDGER_DIR
 from shopsim_wh.testing import faults
@@ -69,11 +71,11 @@ def _small_fs(tmp_path, size_kb):
 
 def test_disk_full_stops_cleanly_and_resume_completes_after_space_is_freed(tmp_path):
     cfg = faults.write_job(tmp_path / "job.yaml", episodes=6, concurrency=2)
-    mnt = _small_fs(tmp_path, 1024)
+    mnt = _small_fs(tmp_path, 4096)
     out = tmp_path / "out.txt"
     try:
         if mnt is not None:
-            print("disk full via a 1 MiB tmpfs")
+            print("disk full via a 4 MiB tmpfs mounted by the test")
             wh = mnt / "wh"
             faults.run_job(faults.write_job(tmp_path / "first.yaml", name="first", episodes=1), wh)
             free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
@@ -101,9 +103,31 @@ def test_disk_full_stops_cleanly_and_resume_completes_after_space_is_freed(tmp_p
         faults.run_job(cfg, wh)
         rep = check(wh, cfg)
         assert rep.ok and not rep.missing and rep.stray == [], rep.summary()
+        if mnt is not None:  # ingest: the units that fit land, the rest after space is freed
+            srcs = []
+            for k in range(3):
+                (tmp_path / f"src{k}").mkdir()
+                synth_v4.write_file(tmp_path / f"src{k}" / "traces.jsonl", 10, steps=3, obs_words=600, think_words=50,
+                                     task_base=1000 * (k + 1))
+                srcs.append(tmp_path / f"src{k}" / "traces.jsonl")
+            free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+            ballast.write_bytes(b"\0" * max(0, free - 160 * 1024))
+            with pytest.raises(WarehouseFullError, match="unit\\(s\\) landed before the disk filled") as err:
+                ingest(srcs, wh, parallel=False)
+            assert "run the same command again" in str(err.value)
+            del err
+            rep = check(wh)
+            assert rep.ok and rep.stray == [], (rep.summary(), rep.stray)
+            ballast.unlink()
+            landed_before = rep.stored - 7  # 1 + 6 runner episodes
+            assert sum(f.episodes for f in ingest(srcs, wh, parallel=False).files) + landed_before == 30
+            rep = check(wh)
+            assert rep.ok and rep.stored == 37 and rep.stray == [], rep.summary()
     finally:
         if mnt is not None:
-            subprocess.run(["umount", str(mnt)], check=False)
+            gc.collect()  # a kept traceback holds Arrow's handle on the half-written file
+            if subprocess.run(["umount", str(mnt)], check=False).returncode:
+                subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_writers_serialise_and_a_killed_writers_lock_and_files_are_recovered(tmp_path):
