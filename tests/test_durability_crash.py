@@ -62,6 +62,9 @@ def test_power_loss_catches_a_skipped_fsync(tmp_path, job, monkeypatch):
     assert r.at_crash.ok  # the process crash alone loses nothing: the page cache still holds the bytes
     image = check(tmp_path / "neg" / "image")
     assert image.unreadable and image.lost and not image.ok
+    out = tmp_path / "check.txt"
+    assert faults.wait(faults.fork_start(faults.cli("check", "-w", str(tmp_path / "neg" / "image")), output=out)) == 1
+    assert "lost 1" in out.read_text() and "integrity check failed" in out.read_text()
 
 
 N_RECORDS = 4

@@ -5,6 +5,7 @@ see counts that never go down and never a partial episode (docs/durability.md)."
 from __future__ import annotations
 
 import gc
+import json
 import os
 import resource
 import signal
@@ -57,8 +58,10 @@ def test_a_signal_stops_the_run_gracefully_and_it_resumes(tmp_path, sig, code, t
     assert rep.ok and rep.stray == [] and rep.missing, rep.summary()  # stopped early, nothing half-written
     assert Warehouse(wh).read("loads", ["status"]).column("status").to_pylist() == ["interrupted"]
     faults.run_job(cfg, wh)
-    rep = check(wh, cfg)
-    assert rep.ok and not rep.missing and rep.stored == 4, rep.summary()
+    code = faults.wait(faults.fork_start(faults.cli("check", "-w", str(wh), "--plan", str(cfg), "--format", "json"),
+                                         output=out))
+    doc = json.loads(out.read_text())
+    assert code == 0 and doc["ok"] and doc["missing"] == [] and doc["stored"] == 4 and doc["lost"] == [], doc
 
 
 def _small_fs(tmp_path, size_kb):
