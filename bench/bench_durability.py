@@ -49,7 +49,7 @@ def main() -> None:
         seed = args.seed
         while kills < args.kills:
             wh = d / f"storm-{seed}"
-            res = faults.kill_storm(storm_cfg, wh, kills=min(10, args.kills - kills), seed=seed, max_delay_s=2.0)
+            res = faults.kill_storm(storm_cfg, wh, kills=min(10, args.kills - kills), seed=seed)
             kills, resumes, seed = kills + res.kills, resumes + res.resumes, seed + 1
             reports += res.reports
             if not res.ok:

@@ -27,6 +27,7 @@ from shopsim_wh.warehouse import Warehouse
 @pytest.fixture
 def tmp_path(tmp_path):
     with faults.scratch(tmp_path) as d:
+        faults.warm(faults.write_job(d / "warm.yaml"))  # forked children inherit the embedded catalog
         yield d
 
 
