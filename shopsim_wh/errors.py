@@ -13,6 +13,8 @@
     │   ├── EnvProtocolError          server answered something the protocol does not allow
     │   └── ObservationVersionError   observation_version this client does not know
     ├── IngestError                   a whole input could not be read (record-level problems become rows)
+    ├── QueryRefused                  SQL the sandbox does not run (shopsim_wh.sandbox: not one SELECT, files outside)
+    ├── NameRefused                   a name (experiment, run id, source) that breaks the one naming rule
     └── GateError                     (shopsim_wh.analytics.gate) the paired gate cannot produce a result
         ├── GateRefused               the runs must not be paired (fingerprints differ beyond skills, no checkpoint id)
         └── GateDataError             the pairs cannot be fitted (no pairs, empty/collinear covariates, equal deltas)
@@ -81,3 +83,7 @@ class ObservationVersionError(EnvironmentError_):
 
 class IngestError(ShopsimError):
     pass
+
+
+class QueryRefused(ShopsimError):
+    """Untrusted SQL the sandbox does not run; the message says what is allowed."""
