@@ -60,8 +60,7 @@ def sql(
     param: Annotated[list[str], typer.Option("--param", "-p", help="Bind a named parameter: -p name=value, used as $name.")] = [],  # noqa: B006
     file: Annotated[Path | None, typer.Option("--file", help="Read the query from this file.")] = None,
 ) -> None:
-    """Run one read-only SELECT over the warehouse views (sandboxed: nothing outside the warehouse is read, nothing
-    is written but --out); values given with -p are bound as parameters, never pasted into the SQL."""
+    """Run one read-only SELECT over the warehouse views (it can read nothing else); -p values are bound, never pasted."""
     from ..sandbox import check_query
     from ..sandbox import connect as sandboxed
 
