@@ -5,7 +5,8 @@
     │   ├── FingerprintMismatch       same experiment name, different semantics (carries a field diff)
     │   └── TestSplitGuard            test split without --allow-test, or test split with skills
     ├── WarehouseError                on-disk warehouse problems (unknown table, bad run id, newer schema)
-    │   └── WarehouseLockedError      another writer holds the lock
+    │   ├── WarehouseLockedError      another writer holds the lock
+    │   └── NameRefused               a run id / source name that breaks the one naming rule (shopsim_wh.names)
     ├── ModelError                    chat-completions server problems
     │   ├── ModelHTTPError            non-retryable HTTP status (400/401/403/404/422): fix the request/config
     │   └── ModelUnavailable          retries exhausted (connection errors, 408/429/5xx)
@@ -14,7 +15,6 @@
     │   └── ObservationVersionError   observation_version this client does not know
     ├── IngestError                   a whole input could not be read (record-level problems become rows)
     ├── QueryRefused                  SQL the sandbox does not run (shopsim_wh.sandbox: not one SELECT, files outside)
-    ├── NameRefused                   a name (experiment, run id, source) that breaks the one naming rule
     └── GateError                     (shopsim_wh.analytics.gate) the paired gate cannot produce a result
         ├── GateRefused               the runs must not be paired (fingerprints differ beyond skills, no checkpoint id)
         └── GateDataError             the pairs cannot be fitted (no pairs, empty/collinear covariates, equal deltas)
@@ -53,6 +53,10 @@ class WarehouseError(ShopsimError):
 
 class WarehouseLockedError(WarehouseError):
     pass
+
+
+class NameRefused(WarehouseError):
+    """A name that would become a path component breaks the rule of :mod:`shopsim_wh.names`."""
 
 
 class ModelError(ShopsimError):

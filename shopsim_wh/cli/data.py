@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..db import connect, fetch_arrow, macro_signatures, view_names
+from ..db import connect, fetch_arrow, ident, macro_signatures, view_names
 from ..summary import render, run_query
 from ..warehouse import Warehouse, default_root
 from .options import WarehouseOpt
@@ -107,7 +107,7 @@ def tables(warehouse: WarehouseOpt = None) -> None:
         if name.startswith("stg_"):
             continue
         try:
-            n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
+            n = con.execute(f"SELECT count(*) FROM {ident(name)}").fetchone()[0]
         except Exception:  # table macros and parameterised views have no plain count
             n = "-"
         typer.echo(f"{name:32} {label:5} {n}")

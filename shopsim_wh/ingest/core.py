@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import ShopsimError
+from ..names import check_name
 from ..schema import TABLES
 from ..warehouse import Warehouse
 from ._io import SIDECAR_NAMES, expand_paths, read_head, sha256_files
@@ -204,6 +205,8 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             flush_bytes) -> IngestSummary:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    if source is not None:  # it becomes part of the run ids, so of partition paths: the one naming rule
+        check_name(source, "ingest source name (--source)")
     t0 = time.perf_counter()
     started = _now()
     forced = None if format == "auto" else get_reader(format)
