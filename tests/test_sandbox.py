@@ -291,6 +291,19 @@ def test_render_switches_to_vertical_only_when_too_wide():
     assert render(narrow, "vertical").splitlines()[-2:] == ["b | NULL", "(2 rows)"]
 
 
+def test_arrow_results_come_without_a_warning_and_refuse_like_the_rest(con, outside):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the DB-API path warned "Arrow output on a DB-API result makes an extra copy"
+        table = sandbox.fetch_arrow(con, "SELECT run_id FROM runs WHERE run_id = $r", {"r": BARE})
+    assert table.column("run_id").to_pylist() == [BARE]
+    with pytest.raises(QueryRefused, match="reads only the warehouse"):
+        sandbox.fetch_arrow(con, f"SELECT * FROM read_text('{outside}/secret.txt')")
+    with pytest.raises(QueryRefused, match="COPY"):
+        sandbox.fetch_arrow(con, f"COPY (SELECT 1) TO '{outside}/x.parquet'")
+
+
 def test_out_still_writes_where_the_user_asked(root, tmp_path):
     target = tmp_path / "résumé ü 結果.csv"
     out = _run("sql", "select run_id from runs", "-w", str(root), "--format", "csv", "--out", str(target))

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..db import connect, fetch_arrow, ident, macro_signatures, view_names
+from ..db import connect, ident, macro_signatures, view_names
 from ..summary import render, run_query
 from ..warehouse import Warehouse, default_root
 from .options import WarehouseOpt
@@ -80,9 +80,9 @@ def sql(
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        from ..sandbox import execute
+        from ..sandbox import fetch_arrow as sandboxed_arrow
 
-        table = fetch_arrow(execute(con, text, params))
+        table = sandboxed_arrow(con, text, params)
         try:
             pq.write_table(table, out, compression="zstd")
         except OSError as exc:
