@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import config_import
 from .errors import ConfigError
+from .names import RULE, is_name
 
 log = logging.getLogger(__name__)
 
@@ -27,15 +27,15 @@ class _Strict(BaseModel):
 
 
 class Experiment(_Strict):
-    name: str = Field(description="Experiment name; also the warehouse run_id. Letters, digits, '.', '_', '-'.")
+    name: str = Field(description="Experiment name; also the warehouse run_id: 1-128 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit (docs/conventions.md, Names).")
     seed: int = Field(0, description="Experiment seed: it draws `tasks.sample_size` tasks and, hashed with the task id and sample id, gives every episode its seed (ShopSimRL's rules).")
     dotenv: str | None = Field(None, description="A dotenv file (relative to the config) to read `model.api_key_env` from when that variable is not set; only that variable is read, at run time, and never stored.")
 
     @field_validator("name")
     @classmethod
     def _name_ok(cls, v: str) -> str:
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", v):
-            raise ValueError("use letters, digits, '.', '_' or '-' (it names a warehouse partition)")
+        if not is_name(v):
+            raise ValueError(RULE)
         return v
 
 

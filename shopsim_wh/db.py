@@ -195,8 +195,14 @@ def fetch_arrow(result: duckdb.DuckDBPyConnection) -> pa.Table:
     return fn()
 
 
-def as_connection(con_or_warehouse: duckdb.DuckDBPyConnection | str | os.PathLike) -> duckdb.DuckDBPyConnection:
-    """The library entry points take an open connection or a warehouse path; this is the one place that decides."""
+def as_connection(con_or_warehouse: duckdb.DuckDBPyConnection | str | os.PathLike,
+                  sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
+    """The library entry points take an open connection or a warehouse path; this is the one place that decides.
+    ``sandboxed``: a path opens :func:`shopsim_wh.sandbox.connect` (for entry points that run user SQL)."""
     if isinstance(con_or_warehouse, duckdb.DuckDBPyConnection):
         return con_or_warehouse
+    if sandboxed:
+        from .sandbox import connect as sandbox_connect
+
+        return sandbox_connect(con_or_warehouse)
     return connect(con_or_warehouse)

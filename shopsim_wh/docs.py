@@ -39,14 +39,25 @@ def _model_rows(model: type[BaseModel], prefix: str) -> list[str]:
             rows += _model_rows(ann, key + ".")
             continue
         default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
-        rows.append(f"| `{key}` | {default} | {(field.description or '').replace('|', '/')} |")
+        rows.append(f"| `{key}` | {default} | {_resume(key)} | {(field.description or '').replace('|', '/')} |")
     return rows
+
+
+def _resume(key: str) -> str:
+    from .runner import EXECUTION_FIELDS, SEMANTIC_FIELDS
+
+    if key in SEMANTIC_FIELDS:
+        return "semantic: " + ", ".join(f"`{k}`" for k in SEMANTIC_FIELDS[key])
+    return "execution" if key in EXECUTION_FIELDS else "the run id"
 
 
 def config_md() -> str:
     return "\n".join(["# Config reference", "",
-                      "Generated from `shopsim_wh/config.py` by `python -m shopsim_wh.docs`. Unknown keys are errors.", "",
-                      "| key | default | meaning |", "| --- | --- | --- |", *_model_rows(Config, ""), ""])
+                      "Generated from `shopsim_wh/config.py` by `python -m shopsim_wh.docs`. Unknown keys are errors.",
+                      "The *resume* column is the one classification of `shopsim_wh/runner.py`: a **semantic** key feeds the "
+                      "fingerprint keys named (resuming an experiment with it changed is refused, with the diff; a file "
+                      "counts by its content); an **execution** key may change between a run and its resume.", "",
+                      "| key | default | resume | meaning |", "| --- | --- | --- | --- |", *_model_rows(Config, ""), ""])
 
 
 def cli_md() -> str:

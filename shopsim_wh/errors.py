@@ -7,7 +7,8 @@
     ├── WarehouseError                on-disk warehouse problems (unknown table, bad run id, newer schema)
     │   ├── WarehouseLockedError      another writer holds the lock
     │   ├── WarehouseFullError        the file system (or file-size limit) is full; says what was committed
-    │   └── IntegrityError            `shopsim-wh check` found lost, duplicated or unexpected episodes
+    │   ├── IntegrityError            `shopsim-wh check` found lost, duplicated or unexpected episodes
+    │   └── NameRefused               a run id / source name that breaks the one naming rule (shopsim_wh.names)
     ├── ModelError                    chat-completions server problems
     │   ├── ModelHTTPError            non-retryable HTTP status (400/401/403/404/422): fix the request/config
     │   └── ModelUnavailable          retries exhausted (connection errors, 408/429/5xx)
@@ -15,6 +16,7 @@
     │   ├── EnvProtocolError          server answered something the protocol does not allow
     │   └── ObservationVersionError   observation_version this client does not know
     ├── IngestError                   a whole input could not be read (record-level problems become rows)
+    ├── QueryRefused                  SQL the sandbox does not run (shopsim_wh.sandbox: not one SELECT, files outside)
     └── GateError                     (shopsim_wh.analytics.gate) the paired gate cannot produce a result
         ├── GateRefused               the runs must not be paired (fingerprints differ beyond skills, no checkpoint id)
         └── GateDataError             the pairs cannot be fitted (no pairs, empty/collinear covariates, equal deltas)
@@ -63,6 +65,10 @@ class IntegrityError(WarehouseError):
     pass
 
 
+class NameRefused(WarehouseError):
+    """A name that would become a path component breaks the rule of :mod:`shopsim_wh.names`."""
+
+
 class ModelError(ShopsimError):
     pass
 
@@ -91,3 +97,7 @@ class ObservationVersionError(EnvironmentError_):
 
 class IngestError(ShopsimError):
     pass
+
+
+class QueryRefused(ShopsimError):
+    """Untrusted SQL the sandbox does not run; the message says what is allowed."""

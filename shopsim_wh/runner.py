@@ -55,6 +55,52 @@ class Plan:
         return self.cfg.experiment.name
 
 
+# Every config field, classified once. A test walks the Config models and fails on a field in neither set.
+# SEMANTIC: what an episode does or means; each feeds the fingerprint key(s) named, and a resume that changes
+#   it is refused (FingerprintMismatch with the diff). A file path counts by content: moving a split manifest,
+#   skill bank or prompt template with the same bytes changes nothing.
+# EXECUTION: how, where and how fast it runs; not in the fingerprint, a resume may change it.
+# experiment.name is the run id itself: a new name is a new run, not a change to this one.
+SEMANTIC_FIELDS: dict[str, tuple[str, ...]] = {
+    "experiment.seed": ("experiment_seed", "job_list_hash"),
+    "tasks.split_manifest": ("split_manifest_hash",),
+    "tasks.split": ("split", "job_list_hash"),
+    "tasks.sample_size": ("job_list_hash",),
+    "tasks.repeats": ("job_list_hash",),
+    "model.name": ("model_name",),
+    "model.checkpoint_id": ("checkpoint_id",),
+    "model.sampling.temperature": ("sampling",),
+    "model.sampling.top_p": ("sampling",),
+    "model.sampling.max_tokens": ("sampling",),
+    "model.extra_body": ("extra_body",),
+    "model.send_seed": ("send_seed",),
+    "model.tool_choice": ("tool_choice",),
+    "environment.url": ("environment_mode",),  # embedded vs remote; one remote URL for another is execution
+    "environment.seed": ("environment_mode",),  # the embedded catalog's seed
+    "environment.dialect": ("environment_dialect",),
+    "environment.persona": ("environment_persona",),
+    "skills.path": ("skill_bank_hash",),
+    "skills.mask_rate": ("skills_mask_rate",),
+    "skills.mask_seed": ("skills_mask_seed",),
+    "skills.mask_rule": ("skills_mask_rule",),
+    "skills.max_skills": ("skills_max_skills",),
+    "runtime.max_steps": ("max_steps",),
+    "prompt_template": ("prompt_hash", "system_prompt_sha256"),
+}
+EXECUTION_FIELDS: frozenset[str] = frozenset({
+    "experiment.dotenv", "model.base_url", "model.api_key_env", "model.trust_env", "model.timeout_s",
+    "model.max_retries", "model.retry_backoff_s", "environment.timeout_s", "environment.trust_env",
+    "runtime.concurrency", "output.warehouse",
+})
+IDENTITY_FIELDS: frozenset[str] = frozenset({"experiment.name"})
+
+
+def check_resume(run_id: str, stored: dict | None, new: dict) -> None:
+    """Refuse to add to run ``run_id`` when its stored fingerprint fields differ from ``new`` (with the diff)."""
+    if stored is not None and stored != new:
+        raise FingerprintMismatch(run_id, _diff(stored, new))
+
+
 def plan(cfg: Config) -> Plan:
     """Everything `run` will do, decided without touching a server."""
     if cfg.tasks.split == "test" and cfg.skills.path is not None:
@@ -317,8 +363,7 @@ def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = Non
     started = datetime.now(UTC)
     with wh.writer(grace_s=grace_seconds()) as writer:
         stored, stored_env, done, attempts = _existing_state(wh, p.run_id)
-        if stored is not None and stored != p.fingerprint_fields:
-            raise FingerprintMismatch(p.run_id, _diff(stored, p.fingerprint_fields))
+        check_resume(p.run_id, stored, p.fingerprint_fields)
         start = _Start(stored, stored_env, done, attempts, allow_test, on_start, on_signal)
         status = "interrupted"
         try:

@@ -129,7 +129,11 @@ class QueryResult:
 
 
 def run_query(con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any] | None = None) -> QueryResult:
-    rel = con.execute(query, params or {})
+    """Run untrusted SQL through the sandbox: one SELECT-like statement (:func:`shopsim_wh.sandbox.check_query`);
+    give it a :func:`shopsim_wh.sandbox.connect` connection so it reads nothing outside the warehouse."""
+    from .sandbox import execute
+
+    rel = execute(con, query, params)
     if rel.description is None:
         return QueryResult([], [])
     return QueryResult([d[0] for d in rel.description], rel.fetchall())
@@ -151,7 +155,9 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def render(result: QueryResult, fmt: str, max_width: int = 60) -> str:
+def render(result: QueryResult, fmt: str, max_width: int = 60, width: int | None = None) -> str:
+    """``table`` (columns side by side; switches to ``vertical`` when a line would be wider than ``width``),
+    ``vertical`` (one ``column | value`` line per field, a header per row), ``csv`` or ``json``."""
     if fmt == "json":
         return json.dumps([{c: _jsonable(v) for c, v in zip(result.columns, r, strict=True)} for r in result.rows],
                           ensure_ascii=False)
@@ -161,9 +167,31 @@ def render(result: QueryResult, fmt: str, max_width: int = 60) -> str:
         w.writerow(result.columns)
         w.writerows([[_jsonable(v) for v in r] for r in result.rows])
         return buf.getvalue().rstrip("\n")
-    cells = [[("NULL" if v is None else str(_jsonable(v)))[:max_width].replace("\n", " ") for v in r] for r in result.rows]
+    count = f"({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})"
+    if fmt == "vertical":
+        return _vertical(result, count)
+    cells = [[_cell(v) for v in r] for r in result.rows]
+    if width is not None:  # to a terminal: every value whole, side by side while that fits
+        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(result.columns)]
+        if sum(widths) + 2 * max(len(widths) - 1, 0) > width:
+            return _vertical(result, count)
+    cells = [[v[:max_width] for v in row] for row in cells]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(result.columns)]
     line = "  ".join(c.ljust(w) for c, w in zip(result.columns, widths, strict=True))
     sep = "  ".join("-" * w for w in widths)
     body = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join([line, sep, *body, f"({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})"])
+    return "\n".join([line, sep, *body, count])
+
+
+def _cell(v: Any) -> str:
+    return ("NULL" if v is None else str(_jsonable(v))).replace("\n", " ")
+
+
+def _vertical(result: QueryResult, count: str) -> str:
+    """psql's expanded display: wide rows stay readable (every value whole, one field a line)."""
+    pad = max((len(c) for c in result.columns), default=0)
+    out = []
+    for i, row in enumerate(result.rows, 1):
+        out.append(f"-[ row {i} ]" + "-" * max(0, pad - 6))
+        out += [f"{c.ljust(pad)} | {_cell(v)}" for c, v in zip(result.columns, row, strict=True)]
+    return "\n".join([*out, count])

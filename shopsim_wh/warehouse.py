@@ -30,7 +30,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -50,10 +49,10 @@ from .fsio import fsync_file as _fsync_file
 from .fsio import is_no_space, make_dirs
 from .fsio import replace as _replace
 from .fsio import unlink as _unlink
+from .names import check_name
 from .schema import DICTIONARY_COLUMNS, PARTITION_KEY, SCHEMA_VERSION, TABLES, conform
 
 SNAPSHOT_FORMAT = "shopsim-wh-snapshot-v1"
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ZSTD_LEVEL = 3
 ROW_GROUP_TARGET_BYTES = 32 * 1024 * 1024
 COMPACT_FILE_TARGET_BYTES = 256 * 1024 * 1024  # uncompressed bytes per compacted file
@@ -68,12 +67,8 @@ def default_root(explicit: str | os.PathLike | None = None, config_value: str | 
 
 
 def check_run_id(run_id: str) -> str:
-    if not RUN_ID_RE.match(run_id):
-        raise WarehouseError(
-            f"run id {run_id!r} is not usable as a partition name; use letters, digits, '.', '_' or '-' "
-            "(at most 128 characters, not starting with '.', '_' or '-')"
-        )
-    return run_id
+    """The one naming rule (:mod:`shopsim_wh.names`) for the partition a commit writes."""
+    return check_name(run_id, "run id")
 
 
 @dataclass

@@ -103,7 +103,9 @@ def test_empty_file(bad_run):
     con = connect(d / "wh")
     rows = con.execute("select line, byte_offset, error_class from ingest_errors where source_file like '%empty.jsonl'").fetchall()
     assert rows == [(None, 0, "empty_file")]
-    assert [f.status for f in s.files if f.path.endswith("empty.jsonl")] == ["landed"]
+    # an empty unit lands its error row and nothing else: no runs row, so no run with 0 episodes in summaries
+    assert [f.status for f in s.files if f.path.endswith("empty.jsonl")] == ["no_valid_record"]
+    assert not con.execute("select count(*) from runs where source_file like '%empty.jsonl'").fetchone()[0]
 
 
 def test_json_array_elements(tmp_path):

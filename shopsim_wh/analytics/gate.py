@@ -27,6 +27,7 @@ import duckdb
 import numpy as np
 
 from ..errors import ShopsimError
+from ..sandbox import check_expression
 from .stats import t_two_sided_p
 
 RULE = ("pass iff at least one coefficient helps (beta > 0, p < alpha, bootstrap CI above 0) and none hurts "
@@ -227,8 +228,8 @@ def _covariate_specs(con, pairs_table: str, treatment_run: str, covariates) -> l
             sid = expr[len("skill:"):]
             specs.append((sid if name == expr else name, f"CASE WHEN list_contains(p.skills, $s{j}) THEN 1 ELSE 0 END",
                           {f"s{j}": sid}))
-        else:
-            specs.append((name, expr, {}))
+        else:  # user SQL spliced into the fit's query: one expression, and the query runs in the sandbox
+            specs.append((name, check_expression(expr, f"covariate {name!r}"), {}))
     names = [s[0] for s in specs]
     if len(set(names)) != len(names):
         raise GateDataError(f"covariate names must be unique: {names}")
@@ -379,7 +380,8 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
          alpha: float = 0.05, allow_missing_checkpoint: bool = False, seed: int = 0) -> GateResult:
     """Fit the paired gate of ``treatment_run`` against the skill-free ``bare_run``.
 
-    ``con_or_warehouse``: a connection from :func:`shopsim_wh.db.connect` or a warehouse path.
+    ``con_or_warehouse``: a connection from :func:`shopsim_wh.db.connect` or a warehouse path (opened with
+    :func:`shopsim_wh.sandbox.connect`; pass such a connection too when the covariates are untrusted input).
     ``covariates``: None (an indicator per skill the treatment run selected), or a list of SQL expressions over
     the columns of ``paired_deltas`` (``p.skills``, ``p.task_id``, ...) or ``"skill:<id>"`` items, or a mapping
     name -> expression. Raises :class:`GateRefused` / :class:`GateDataError` with the reason.
@@ -390,7 +392,8 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
         raise GateError(f"bootstrap must be >= 0, not {bootstrap}")
     from ..db import as_connection
 
-    con = as_connection(con_or_warehouse)
+    # a path opens the read-only sandbox: the covariates are SQL from the command line
+    con = as_connection(con_or_warehouse, sandboxed=True)
     bare, treat = check_pairable(con, bare_run, treatment_run, allow_missing_checkpoint)
     table = f"gate_pairs_{uuid.uuid4().hex[:12]}"
     con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM paired_deltas(?, ?)", [bare_run, treatment_run])

@@ -2,51 +2,101 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ..db import connect, fetch_arrow, macro_signatures, view_names
+from ..db import connect, ident, macro_signatures, view_names
 from ..summary import render, run_query
 from ..warehouse import Warehouse, default_root
-from .options import FormatOpt, WarehouseOpt
+from .options import WarehouseOpt
 
 
-def _open(warehouse: str | None):
+def _root(warehouse: str | None) -> Path:
     root = default_root(warehouse)
     if not Warehouse(root).exists():
         raise typer.BadParameter(f"no warehouse at {root}; pass --warehouse DIR or create one with `shopsim-wh run CONFIG`")
-    return connect(root)
+    return root
+
+
+def _open(warehouse: str | None):
+    return connect(_root(warehouse))
+
+
+def _read_query(query: str | None, file: Path | None) -> str:
+    if file is not None:
+        if query is not None:
+            raise typer.BadParameter("give the query as an argument or with --file, not both")
+        try:
+            return file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot read --file {file}: {exc.strerror}; pass an existing .sql file") from None
+    if query is None:
+        raise typer.BadParameter("give a query: shopsim-wh sql \"select ...\", --file query.sql, or - to read stdin")
+    if query == "-":
+        text = sys.stdin.read()
+        if not text.strip():
+            raise typer.BadParameter("stdin held no query; pipe one in: echo 'select 1' | shopsim-wh sql -")
+        return text
+    return query
+
+
+def _write(out: Path, text: str) -> None:
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot write --out {out}: {exc.strerror}; choose a file in an existing, "
+                                 "writable directory") from None
 
 
 def sql(
-    query: Annotated[str, typer.Argument(help="SQL over the warehouse views (see `shopsim-wh tables`).")],
+    query: Annotated[str | None, typer.Argument(help="SQL over the warehouse views (see `shopsim-wh tables`); - reads it from stdin.")] = None,
     warehouse: WarehouseOpt = None,
-    fmt: FormatOpt = "table",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table (vertical when wider than the terminal), vertical, csv, json or parquet.")] = "table",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
     param: Annotated[list[str], typer.Option("--param", "-p", help="Bind a named parameter: -p name=value, used as $name.")] = [],  # noqa: B006
+    file: Annotated[Path | None, typer.Option("--file", help="Read the query from this file.")] = None,
 ) -> None:
-    """Run a SQL query; values given with -p are bound as parameters, never pasted into the SQL."""
-    con = _open(warehouse)
+    """Run one read-only SELECT over the warehouse views (it can read nothing else); -p values are bound, never pasted."""
+    from ..sandbox import check_query
+    from ..sandbox import connect as sandboxed
+
+    text = check_query(_read_query(query, file))  # refuse before paying for the views
+    if fmt not in {"table", "vertical", "csv", "json", "parquet"}:
+        raise typer.BadParameter(f"unknown format {fmt!r}; use table, vertical, csv, json or parquet")
+    if fmt == "parquet" and out is None:
+        raise typer.BadParameter("--format parquet needs --out FILE")
+    bad = [p for p in param if "=" not in p]
+    if bad:
+        raise typer.BadParameter(f"--param {bad[0]!r}: write name=value")
     params = dict(p.split("=", 1) for p in param)
+    if out is not None and not out.resolve().parent.is_dir():
+        raise typer.BadParameter(f"cannot write --out {out}: {out.parent} is not a directory; choose a file in an "
+                                 "existing, writable directory")
+    con = sandboxed(_root(warehouse))
     if fmt == "parquet":
-        if out is None:
-            raise typer.BadParameter("--format parquet needs --out FILE")
         import pyarrow.parquet as pq
 
-        table = fetch_arrow(con.execute(query, params))
-        pq.write_table(table, out, compression="zstd")
+        from ..sandbox import fetch_arrow as sandboxed_arrow
+
+        table = sandboxed_arrow(con, text, params)
+        try:
+            pq.write_table(table, out, compression="zstd")
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot write --out {out}: {exc}; choose a file in an existing, writable "
+                                     "directory") from None
         typer.echo(f"wrote {table.num_rows} rows to {out}")
         return
-    if fmt not in {"table", "csv", "json"}:
-        raise typer.BadParameter(f"unknown format {fmt!r}; use table, csv, json or parquet")
-    text = render(run_query(con, query, params), fmt)
+    width = None if out else shutil.get_terminal_size((120, 24)).columns
+    rendered = render(run_query(con, text, params), fmt, width=width)
     if out:
-        out.write_text(text + "\n")
+        _write(out, rendered + "\n")
         typer.echo(f"wrote {out}")
     else:
-        typer.echo(text)
+        typer.echo(rendered)
 
 
 def tables(warehouse: WarehouseOpt = None) -> None:
@@ -57,7 +107,7 @@ def tables(warehouse: WarehouseOpt = None) -> None:
         if name.startswith("stg_"):
             continue
         try:
-            n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
+            n = con.execute(f"SELECT count(*) FROM {ident(name)}").fetchone()[0]
         except Exception:  # table macros and parameterised views have no plain count
             n = "-"
         typer.echo(f"{name:32} {label:5} {n}")

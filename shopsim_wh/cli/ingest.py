@@ -44,6 +44,11 @@ def ingest(
             typer.echo(f"  {f.status:>18}  {f.path}" + (f"  ({f.message})" if f.message else ""))
     if d["records_rejected"]:
         typer.echo("  rejected records: shopsim-wh sql \"select source_file, line, error_class, message from ingest_errors\"")
+    unusable = [f for f in summary.files if f.status in ("unrecognised", "no_valid_record", "failed")]
+    if unusable and not summary.episodes_landed:  # nothing usable came in: say so with the exit code too
+        typer.secho(f"error: no episode landed from {len(unusable)} input(s); pass --format to force a reader, or "
+                    "check the files (ingest_errors holds the rejected records)", fg="red", err=True)
+        raise typer.Exit(2)
 
 
 def dump(

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from .. import __version__, crash
 from ..errors import ShopsimError, WarehouseFullError
 from ..ledger import Ledger
+from ..names import check_name
 from ..schema import TABLES
 from ..warehouse import Warehouse
 from ._io import SIDECAR_NAMES, expand_paths, read_head, sha256_files
@@ -45,7 +46,7 @@ class FileResult:
     path: str
     format: str | None
     run_id: str | None
-    status: str  # landed | skipped_same_hash | attached | unrecognised | failed
+    status: str  # landed | skipped_same_hash | attached | unrecognised | no_valid_record | failed
     episodes: int = 0
     attempts: int = 0
     records: int = 0
@@ -114,6 +115,10 @@ class UnitContext:
     attempts: int = 0
     records: int = 0
     rejected: int = 0
+    fidelity_rows: int = 0  # import_fidelity rows so far, and the records they converted
+    converted: int = 0
+    held: list = field(default_factory=list)  # content batches held back until the unit has a valid record
+    streaming: bool = False  # content has been handed to the commit (the unit lands, whatever follows)
 
     def error(self, line: int | None, offset: int | None, error_class: str, message: str,
               source_file: str | None = None, rejected: bool = True) -> None:
@@ -128,6 +133,8 @@ class UnitContext:
     def fidelity(self, unit: str, total: int, converted: int, kept_raw: int, dropped: int,
                  source_file: str | None = None) -> None:
         assert converted + kept_raw + dropped == total, (unit, total, converted, kept_raw, dropped)
+        self.fidelity_rows += 1
+        self.converted += converted
         self.sink.add("import_fidelity", {
             "source_file": source_file or self.source_file, "unit": unit, "records_total": total,
             "converted": converted, "kept_raw": kept_raw, "dropped": dropped,
@@ -199,6 +206,8 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             flush_bytes) -> IngestSummary:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    if source is not None:  # it becomes part of the run ids, so of partition paths: the one naming rule
+        check_name(source, "ingest source name (--source)")
     t0 = time.perf_counter()
     started = _now()
     forced = None if format == "auto" else get_reader(format)
@@ -311,6 +320,10 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             ledger.append({"writer": "ingest", "run_id": run_id, "snapshot": w.snap.version, "source_hash": sha,
                            "source_file": source_file, "episode_attempts": ctx.attempts,
                            "replaces": [r for r in unit.get("replace", []) if r != run_id]})
+            if not ctx.episodes:
+                res.status = "no_valid_record"
+                res.message = (f"no valid {reader.name} record: {ctx.rejected} error row(s) landed, nothing else; "
+                               f"see ingest_errors where run_id = '{run_id}'")
             by_hash[sha] = run_id
             by_file[source_file] = [run_id]
             done_bytes += size
@@ -415,16 +428,46 @@ def _unit_batches(ctx: UnitContext, reader, hasher: _Hasher, decide, started: da
     yield from _finish_unit(ctx, reader, sha, started)
 
 
+DIAGNOSTIC_TABLES = ("ingest_errors", "import_fidelity")  # what a unit without a valid record still lands
+
+
+def _has_valid_record(ctx: UnitContext) -> bool:
+    """So far: some record was not rejected and, where the reader accounted for records, one was converted
+    (a Claude Code file whose every line is kept raw or dropped holds no session)."""
+    return ctx.records > ctx.rejected and not (ctx.fidelity_rows and not ctx.converted)
+
+
 def _drain(ctx: UnitContext):
     crash.point("ingest.unit_parsed")
-    while ctx.ready:
-        table, tab = ctx.ready.pop(0)
-        yield table, ctx.run_id, tab
-    for table, tab in ctx.sink.flush():
-        yield table, ctx.run_id, tab
+    """Hand finished batches to the commit. Content (episodes, steps, ...) waits in ``ctx.held`` until the
+    unit has a valid record, so a file of garbage forced to a format lands its error rows and nothing else."""
+    batches = [ctx.ready.pop(0) for _ in range(len(ctx.ready))] + list(ctx.sink.flush())
+    for table, tab in batches:
+        if ctx.streaming or table in DIAGNOSTIC_TABLES:
+            yield table, ctx.run_id, tab
+        else:
+            ctx.held.append((table, tab))
+    if ctx.held and _has_valid_record(ctx):
+        ctx.streaming = True
+        for table, tab in ctx.held:
+            yield table, ctx.run_id, tab
+        ctx.held.clear()
 
 
 def _finish_unit(ctx: UnitContext, reader, sha: str, started: datetime):
+    if not ctx.streaming and (ctx.episodes == 0 or not _has_valid_record(ctx)):  # land why, nothing else
+        ctx.held.clear()
+        ctx.episodes = ctx.attempts = 0
+        if not ctx.rejected:
+            ctx.error(None, None, "no_records", f"no {reader.name} record in this file ({ctx.records} record(s) "
+                      f"read, none converted); check --format or the file")
+        for table, tab in ctx.sink.flush():
+            if table in DIAGNOSTIC_TABLES:
+                yield table, ctx.run_id, tab
+        return
+    for table, tab in ctx.held:
+        yield table, ctx.run_id, tab
+    ctx.held.clear()
     prov = {"ingest": {"reader": reader.name, "load_id": ctx.load_id,
                        "companions": [str(c) for c in ctx.companions]}}
     prov.update(ctx.provenance)
