@@ -52,12 +52,18 @@ def plan(config: ConfigArg, fmt: OutputOpt = "text") -> None:
     typer.echo(f"fingerprint    {p.fingerprint}")
 
 
-def _progress(cfg, quiet: bool):
+def _progress(cfg, quiet: bool, bar_wanted: bool = True):
     """(context manager, on_start, progress) for runner.run: a rich bar with rate and ETA on stderr."""
     from contextlib import nullcontext
 
     if quiet:
         return nullcontext(), None, None
+    if not bar_wanted:
+        def note(todo: int, skipped: int) -> None:
+            if skipped:
+                typer.echo(f"resuming: {skipped} episode(s) already completed are skipped", err=True)
+
+        return nullcontext(), note, None
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -124,7 +130,7 @@ def run(
     check_output(fmt)
     cfg = load_config(config)
     runner.check_config_usable(cfg)
-    bar, on_start, progress = _progress(cfg, quiet or fmt == "json" and not sys.stderr.isatty())
+    bar, on_start, progress = _progress(cfg, quiet, bar_wanted=fmt != "json" or sys.stderr.isatty())
     with bar:
         result = runner.run(cfg, warehouse, concurrency, allow_test, progress=progress, on_start=on_start)
     root = default_root(warehouse, cfg.output.warehouse)
