@@ -81,7 +81,7 @@ def test_gate_exit_codes_and_json(demo, _cli):
     assert out.returncode == exits.FAILED and out.stdout == ""
 
 
-def test_summarize_tables_json_and_an_unknown_experiment(demo, _cli):
+def test_summarize_json_and_an_unknown_experiment(demo, _cli):
     wh, doc = demo
     out = _cli("summarize", "-w", wh, "--experiment", "synth-ckpt-a-bar")
     assert out.returncode == exits.USAGE and "Traceback" not in out.stderr
@@ -89,10 +89,6 @@ def test_summarize_tables_json_and_an_unknown_experiment(demo, _cli):
     runs = json.loads(_cli("summarize", "-w", wh, "--format", "json").stdout)["runs"]
     assert sorted(r["run_id"] for r in runs) == sorted(doc["runs"])
     assert all(0 <= r["reward_mean"] <= 1 for r in runs if r["reward_mean"] is not None)
-    tables = json.loads(_cli("tables", "-w", wh, "--format", "json").stdout)
-    rels = {r["name"]: r for r in tables["relations"]}
-    assert rels["runs"]["rows"] == len(doc["runs"]) and rels["episodes"]["kind"] in ("view", "table")
-    assert {"name": "paired_deltas", "kind": "table_macro", "parameters": ["bare_run", "treatment_run"]} in tables["macros"]
 
 
 def test_sql_parquet_prints_no_warning(demo, tmp_path, _cli):
@@ -107,19 +103,21 @@ def test_sql_parquet_prints_no_warning(demo, tmp_path, _cli):
     assert out.stdout.startswith("wrote 60 rows")
 
 
-def test_run_json_quiet_and_resume_without_an_empty_bar(tmp_path, _cli):
-    cfg = write_config(tmp_path / "c.yaml", tasks={"sample_size": 3})
+def test_run_plan_tables_json_and_resume_without_an_empty_bar(tmp_path, _cli):
+    cfg = write_config(tmp_path / "c.yaml", tasks={"sample_size": 2})
     plan = json.loads(_cli("plan", cfg, "--format", "json").stdout)
-    assert plan["episodes"] == 3 and plan["experiment"] == "t" and len(plan["fingerprint"]) == 32
+    assert plan["episodes"] == 2 and plan["experiment"] == "t" and len(plan["fingerprint"]) == 32
     first = _cli("run", cfg, "-w", tmp_path / "wh")
-    assert first.returncode == exits.OK and "3/3" in first.stderr and "run t: planned 3" in first.stdout
+    assert first.returncode == exits.OK and "2/2" in first.stderr and "run t: planned 2" in first.stdout
     again = _cli("run", cfg, "-w", tmp_path / "wh", "--format", "json")
     assert again.returncode == exits.OK
     doc = json.loads(again.stdout)
-    assert (doc["skipped"], doc["attempted"], doc["summary"]["completed"]) == (3, 0, 3)
-    assert "resuming: 3 episode(s)" in again.stderr and "0/0" not in again.stderr
-    quiet = _cli("run", cfg, "-w", tmp_path / "wh", "-q")
-    assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == ""
+    assert (doc["skipped"], doc["attempted"], doc["summary"]["completed"]) == (2, 0, 2)
+    assert "resuming: 2 episode(s)" in again.stderr and "0/0" not in again.stderr
+    tables = json.loads(_cli("tables", "-w", tmp_path / "wh", "--format", "json").stdout)
+    rels = {r["name"]: r for r in tables["relations"]}
+    assert rels["runs"]["rows"] == 1 and rels["episodes"]["rows"] == 2 and rels["episodes"]["kind"] in ("view", "table")
+    assert {"name": "paired_deltas", "kind": "table_macro", "parameters": ["bare_run", "treatment_run"]} in tables["macros"]
 
 
 class Overloaded:
@@ -184,3 +182,15 @@ def test_warehouse_help_mentions_a_config_only_where_one_is_read():
         text = runner.invoke(app, [*cmd, "--help"], terminal_width=200).output
         assert "--warehouse" in text and "output.warehouse" not in text, cmd
     assert "output.warehouse" in runner.invoke(app, ["run", "--help"], terminal_width=200).output
+
+
+def test_ingest_json_and_quiet(tmp_path, _cli):
+    from .conftest import REPO
+
+    src = REPO / "tests" / "fixtures" / "third_party" / "atif_login-trace"
+    out = _cli("ingest", src, "-w", tmp_path / "wh", "--output", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["units_read"] >= 1 and doc["episodes_landed"] >= 1 and doc["warehouse"] == str(tmp_path / "wh")
+    again = _cli("ingest", src, "-w", tmp_path / "wh", "--quiet")  # the same file twice adds nothing, says nothing
+    assert again.returncode == 0 and again.stdout == "" and "━" not in again.stderr

@@ -55,6 +55,8 @@ def test_every_command_of_the_tutorial_runs_as_shown(tmp_path):
         code, expected = detail
         res = subprocess.run(["bash", "-c", what], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert res.returncode == code, f"$ {what}\nexit {res.returncode}\n{res.stdout}\n{res.stderr}"
+        if not expected:  # the tutorial shows no output (e.g. --quiet): there is none
+            assert res.stdout == "", f"$ {what}\n{res.stdout}"
         got = [" ".join(line.split()) for line in (res.stdout + "\n" + res.stderr).splitlines()]
         for line in filter(str.strip, expected):
             pattern = _pattern(line)
