@@ -189,9 +189,17 @@ def view_names(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     return [(n, t) for n, t in rows]
 
 
-def fetch_arrow(result: duckdb.DuckDBPyConnection) -> pa.Table:
-    """The executed query's result as an Arrow table (DuckDB 2.x `to_arrow_table`, 1.x `fetch_arrow_table`)."""
-    fn = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+def fetch_arrow(con: duckdb.DuckDBPyConnection, query: str | None = None, params: dict | list | None = None) -> pa.Table:
+    """A query's result as an Arrow table, read from a relation (``con.sql``): DuckDB 2.x warns ("makes an extra
+    copy of the rows") when Arrow is fetched from a DB-API ``execute`` result. Without ``query``, ``con`` is such an
+    executed result (the old call form)."""
+    if query is None:
+        fn = getattr(con, "to_arrow_table", None) or con.fetch_arrow_table
+        return fn()
+    rel = con.sql(query, params=params or None)
+    if rel is None:
+        raise WarehouseError("the statement returns no rows to write; give a SELECT (or a query that returns rows)")
+    fn = getattr(rel, "to_arrow_table", None) or rel.arrow
     return fn()
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from .errors import EnvironmentError_, EnvProtocolError, ObservationVersionError
+from .errors import EnvironmentError_, EnvProtocolError, EnvUnreachable, ObservationVersionError
 
 OBSERVATION_VERSION = "shopping-observation-v7"
 KNOWN_OBSERVATION_VERSIONS = frozenset({OBSERVATION_VERSION})
@@ -124,6 +124,10 @@ async def read_health(client: httpx.AsyncClient, dialect: str) -> dict:
     try:
         resp = await client.get("healthz")
         doc = resp.json()
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise EnvUnreachable(f"environment server at {client.base_url} refused the connection ({type(exc).__name__}: "
+                             f"{exc}): start it (python -m shop_env.pack_api, or `shopsim-wh sim serve`) or fix "
+                             "environment.url in the config", url=str(client.base_url)) from None
     except (httpx.HTTPError, ValueError) as exc:
         raise EnvProtocolError(f"environment healthz at {client.base_url}: {type(exc).__name__}: {exc}; start the "
                                "server (python -m shop_env.pack_api) or fix environment.url") from None

@@ -14,7 +14,9 @@
     │   └── ModelUnavailable          retries exhausted (connection errors, 408/429/5xx)
     ├── EnvironmentError_             shop environment server problems
     │   ├── EnvProtocolError          server answered something the protocol does not allow
-    │   └── ObservationVersionError   observation_version this client does not know
+    │   ├── ObservationVersionError   observation_version this client does not know
+    │   └── EnvUnreachable            (also a ServerUnreachable) the environment server refused the connection
+    ├── ServerUnreachable             a configured server could not be reached (the CLI exits 3)
     ├── IngestError                   a whole input could not be read (record-level problems become rows)
     ├── QueryRefused                  SQL the sandbox does not run (shopsim_wh.sandbox: not one SELECT, files outside)
     └── GateError                     (shopsim_wh.analytics.gate) the paired gate cannot produce a result
@@ -92,6 +94,18 @@ class EnvProtocolError(EnvironmentError_):
 
 
 class ObservationVersionError(EnvironmentError_):
+    pass
+
+
+class ServerUnreachable(ShopsimError):
+    """A configured server refused the connection or never answered; ``url`` names it."""
+
+    def __init__(self, message: str, url: str | None = None):
+        self.url = url
+        super().__init__(message)
+
+
+class EnvUnreachable(EnvProtocolError, ServerUnreachable):
     pass
 
 

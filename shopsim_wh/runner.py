@@ -188,6 +188,19 @@ class RunResult:
         if self.interrupted:
             return 128 + int(getattr(signal, self.interrupted))
         return 1 if (self.fatal or self.failed) else 0
+    unreachable: dict[str, str] = field(default_factory=dict)  # server URL -> the first failure connecting to it
+
+
+CONNECT_ERRORS = ("ConnectError", "ConnectTimeout", "Connection refused")
+
+
+def unreachable_url(cfg: Config, failure: dict) -> str | None:
+    """The server an episode failure could not connect to (model or environment URL), None for other failures."""
+    text = f"{failure.get('exception_type')}: {failure.get('message')}"
+    if not any(k in text for k in CONNECT_ERRORS):
+        return None
+    url = cfg.model.base_url if failure.get("stage") == "model" else cfg.environment.url
+    return None if url == EMBEDDED else url
 
 
 def _diff(stored: dict, new: dict) -> dict[str, tuple[Any, Any]]:
@@ -303,6 +316,12 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
                     if len(result.failures) < 20:
                         result.failures.append(f"{job.episode_id}: {rec.failure['stage']}: {rec.failure['exception_type']}: "
                                                f"{rec.failure['message'][:200]}")
+                    url = unreachable_url(cfg, rec.failure)
+                    if url is not None:
+                        result.unreachable.setdefault(url, rec.failure["message"][:300])
+                        if result.completed == 0 and not stop.is_set():  # down from the start: stop, don't retry 80 times
+                            result.fatal = f"no connection to {url}; nothing completed, so the run stopped"
+                            stop.set()
                 if rec.fatal is not None and not stop.is_set():
                     result.fatal = str(rec.fatal)
                     stop.set()

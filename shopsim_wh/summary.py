@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -56,8 +57,31 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, experiment: str | None) -> l
     return [dict(zip(cols, r, strict=True)) for r in rel.fetchall()]
 
 
+def check_experiment(con: duckdb.DuckDBPyConnection, experiment: str | None) -> None:
+    """Raise a WarehouseError naming the known experiments when ``experiment`` is neither one nor a run id."""
+    if experiment is None:
+        return
+    rows = con.execute("SELECT DISTINCT experiment, run_id FROM runs ORDER BY 1, 2").fetchall()
+    if any(experiment in (e, r) for e, r in rows):
+        return
+    from .errors import WarehouseError
+
+    known = sorted({e for e, _ in rows if e is not None})
+    runs = sorted({r for e, r in rows if r != e})
+    if not rows:
+        raise WarehouseError(f"no experiment {experiment!r}: this warehouse has no runs yet; run `shopsim-wh run "
+                             "CONFIG` or `shopsim-wh ingest PATH` first")
+    raise WarehouseError(f"no experiment or run named {experiment!r} in this warehouse; known experiments: "
+                         f"{', '.join(known) or 'none'}" + (f" (run ids: {', '.join(runs[:20])}"
+                                                            f"{' ...' if len(runs) > 20 else ''})" if runs else "")
+                         + "; pass one of them to --experiment, or omit it for every run")
+
+
 def summarize(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -> list[dict]:
-    """One dict per run: the `run_metrics` row plus eval_summary's keyed figures and the failures as text."""
+    """One dict per run: the `run_metrics` row plus eval_summary's keyed figures and the failures as text.
+
+    An ``experiment`` that is neither an experiment nor a run id raises a WarehouseError listing the known ones."""
+    check_experiment(con, experiment)
     return _rows(con, SUMMARY_SQL, experiment)
 
 
@@ -78,6 +102,7 @@ def eval_summary_json(row: dict) -> dict:
 
 def eval_summaries(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -> dict[str, dict]:
     """run_id -> the run's summary.json figures as the original computes them (see sql/analytics/eval_summary.sql)."""
+    check_experiment(con, experiment)
     return {r["run_id"]: eval_summary_json(r) for r in _rows(con, EVAL_SUMMARY_SQL, experiment)}
 
 
@@ -195,3 +220,61 @@ def _vertical(result: QueryResult, count: str) -> str:
         out.append(f"-[ row {i} ]" + "-" * max(0, pad - 6))
         out += [f"{c.ljust(pad)} | {_cell(v)}" for c, v in zip(result.columns, row, strict=True)]
     return "\n".join([*out, count])
+
+
+_RUN_EQ = re.compile(r"\brun_id\s*(?:=|<>|!=)\s*'((?:[^']|'')+)'", re.I)
+_RUN_IN = re.compile(r"\brun_id\s+(?:NOT\s+)?IN\s*\(([^()]*)\)", re.I)
+_LITERAL = re.compile(r"'((?:[^']|'')*)'")
+
+
+def _call_args(text: str) -> list[str]:
+    """The top-level comma-separated arguments of a call whose '(' was just consumed."""
+    args, depth, cur = [], 0, []
+    for ch in text:
+        if ch == ")" and depth == 0:
+            break
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            args.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    args.append("".join(cur).strip())
+    return args
+
+
+def named_runs(con: duckdb.DuckDBPyConnection, query: str) -> set[str]:
+    """Run ids a query names as literals: ``run_id = '...'``, ``run_id IN (...)`` and the run arguments of the
+    table macros (``paired_deltas('bare', 'treatment')``, ``ir_context('run', ...)``, ...)."""
+    from .db import macro_signatures
+
+    names = {m.group(1).replace("''", "'") for m in _RUN_EQ.finditer(query)}
+    for m in _RUN_IN.finditer(query):
+        names |= {v.replace("''", "'") for v in _LITERAL.findall(m.group(1))}
+    for macro, _, params in macro_signatures(con):
+        run_positions = [i for i, p in enumerate(params) if "run" in p.lower()]
+        if not run_positions:
+            continue
+        for call in re.finditer(rf"\b{re.escape(macro)}\s*\(", query, re.I):
+            args = _call_args(query[call.end():])
+            for i in run_positions:
+                lit = _LITERAL.fullmatch(args[i]) if i < len(args) else None
+                if lit:
+                    names.add(lit.group(1).replace("''", "'"))
+    return names
+
+
+def absent_runs_note(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
+    """A note for a query that names run ids this warehouse does not hold (None when it holds them all)."""
+    named = named_runs(con, query)
+    if not named:
+        return None
+    known = {r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()}
+    absent = sorted(named - known)
+    if not absent:
+        return None
+    hint = (" (the cookbook's synth-* runs are written by `shopsim-wh demo-data`)"
+            if any(a.startswith("synth-") for a in absent) else "")
+    shown = ", ".join(sorted(known)[:10]) + (" ..." if len(known) > 10 else "")
+    return (f"note: this warehouse has no run {', '.join(repr(a) for a in absent)}{hint}; "
+            f"its runs: {shown or 'none'}")

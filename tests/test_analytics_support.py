@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from shopsim_wh.analytics.synth import RunSpec, default_runs, generate
+from shopsim_wh.analytics.synth import TEACHER_RUN, RunSpec, default_runs, generate
 from shopsim_wh.db import connect
 from shopsim_wh.warehouse import Warehouse
 
@@ -23,8 +23,7 @@ EXTRA_RUNS = [
     RunSpec("synth-nockpt-bare", checkpoint_id=None),
     RunSpec("synth-nockpt-skill", checkpoint_id=None, skill_bank="effective"),
     RunSpec("synth-ckpt-a-other", checkpoint_id="ckpt-a", job_list="other"),
-    RunSpec("synth-teacher-train", checkpoint_id="teacher-1", model_name="synth-teacher-72b", temperature=1.0,
-            split="train", job_list="train", quality_shift=0.25),
+    TEACHER_RUN,
 ]
 RUNS = default_runs(4) + EXTRA_RUNS
 EPISODES = 9000  # 1000 per run

@@ -93,7 +93,7 @@ def test_sigkill_mid_run_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert 0 < committed < 80, "the kill must land mid-run"
     out = subprocess.run([*CLI, "run", str(cfg), "--warehouse", str(killed)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert f"{committed} episode(s) already completed are skipped" in out.stdout
+    assert f"{committed} episode(s) already completed are skipped" in out.stderr  # diagnostics go to stderr
     out = subprocess.run([*CLI, "run", str(cfg), "--warehouse", str(clean)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     timing = {"started_at", "finished_at", "duration_s", "latency_ms", "load_id", "occurred_at", "created_at"}

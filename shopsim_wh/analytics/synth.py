@@ -93,6 +93,16 @@ def default_runs(n: int = 4) -> list[RunSpec]:
     return out
 
 
+# the train-split teacher run the cookbook's distillation queries read (2 samples per task, a stronger model)
+TEACHER_RUN = RunSpec("synth-teacher-train", checkpoint_id="teacher-1", model_name="synth-teacher-72b", temperature=1.0,
+                      split="train", job_list="train", quality_shift=0.25)
+
+
+def demo_runs() -> list[RunSpec]:
+    """The runs docs/sql_cookbook.md names (`shopsim-wh demo-data` writes them, plus ``synth-coding``)."""
+    return [*default_runs(4), TEACHER_RUN]
+
+
 @dataclass
 class SynthInfo:
     root: str

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 
-from ..warehouse import default_root
-from .options import WarehouseOpt
+from . import exits
+from .options import QuietOpt, WarehouseOpt
 
 RULES = ("significance", "strictly-positive-top-k")
 
@@ -26,24 +25,31 @@ def gate(
     allow_missing_checkpoint: Annotated[bool, typer.Option("--allow-missing-checkpoint", help="Pair runs without model.checkpoint_id.")] = False,
     seed: Annotated[int, typer.Option(help="significance: bootstrap seed.")] = 0,
     warehouse: WarehouseOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
-    """Fit R_i - B_i = C_i' beta + e_i over paired episodes and decide pass/fail."""
+    """Fit R_i - B_i = C_i' beta + e_i over paired episodes and decide pass/fail (exit code 0 pass, 1 fail)."""
+    from ..warehouse import default_root
+
     if rule not in RULES:
         raise typer.BadParameter(f"--rule must be one of {', '.join(RULES)}, not {rule!r}")
+    if fmt not in ("table", "json"):
+        raise typer.BadParameter(f"--format must be table or json, not {fmt!r}")
     if rule == "strictly-positive-top-k":
         from ..analytics.contributions import contributions
 
         cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
         res = contributions(default_root(warehouse), bare, treatment, budget=budget, columns=cols,
                             allow_missing_checkpoint=allow_missing_checkpoint)
-        typer.echo(res.to_json() if fmt == "json" else res.to_table())
-        raise typer.Exit(0 if res.passed else 1)
+        if not quiet:
+            typer.echo(res.to_json() if fmt == "json" else res.to_table())
+        raise typer.Exit(exits.OK if res.passed else exits.FAILED)
     from ..analytics.gate import gate as run_gate
 
     result = run_gate(default_root(warehouse), bare, treatment, covariates=covariates or None, bootstrap=bootstrap,
                       alpha=alpha, allow_missing_checkpoint=allow_missing_checkpoint, seed=seed)
-    typer.echo(result.to_json() if fmt == "json" else result.to_table())
-    raise typer.Exit(0 if result.passed else 1)
+    if not quiet:
+        typer.echo(result.to_json() if fmt == "json" else result.to_table())
+    raise typer.Exit(exits.OK if result.passed else exits.FAILED)
 
 
 def compare(
@@ -57,8 +63,11 @@ def compare(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Equipped minus bare per metric, with a task-level paired percentile bootstrap interval."""
+    import json
+
     from ..analytics.compare import compare as run_compare
     from ..analytics.compare import to_table
+    from ..warehouse import default_root
 
     res = run_compare(default_root(warehouse), bare, equipped, samples=samples, seed=seed,
                       confidence_level=confidence, summation=summation)

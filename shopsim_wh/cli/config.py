@@ -6,9 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..config_import import import_file
-
-app = typer.Typer(no_args_is_help=True, add_completion=False)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]}, add_completion=False)
 
 
 @app.command("import")
@@ -17,6 +15,8 @@ def import_cmd(
     out: Annotated[str | None, typer.Option("--out", "-o", help="Write the converted config here (default: print it).")] = None,
 ) -> None:
     """Convert a ShopSimRL experiment YAML (`shopsim-wh run` also reads one directly); notes go to stderr."""
+    from ..config_import import import_file
+
     text, notes = import_file(original, out)
     for note in notes:
         typer.secho(f"note: {note}", fg="yellow", err=True)

@@ -9,13 +9,12 @@ from typing import Annotated
 
 import typer
 
-from ..db import connect, ident, macro_signatures, view_names
-from ..summary import render, run_query
-from ..warehouse import Warehouse, default_root
-from .options import WarehouseOpt
+from .options import OutputOpt, WarehouseOpt, check_output, emit_json
 
 
 def _root(warehouse: str | None) -> Path:
+    from ..warehouse import Warehouse, default_root
+
     root = default_root(warehouse)
     if not Warehouse(root).exists():
         raise typer.BadParameter(f"no warehouse at {root}; pass --warehouse DIR or create one with `shopsim-wh run CONFIG`")
@@ -23,6 +22,8 @@ def _root(warehouse: str | None) -> Path:
 
 
 def _open(warehouse: str | None):
+    from ..db import connect
+
     return connect(_root(warehouse))
 
 
@@ -63,6 +64,7 @@ def sql(
     """Run one read-only SELECT over the warehouse views (it can read nothing else); -p values are bound, never pasted."""
     from ..sandbox import check_query
     from ..sandbox import connect as sandboxed
+    from ..summary import absent_runs_note, render, run_query
 
     text = check_query(_read_query(query, file))  # refuse before paying for the views
     if fmt not in {"table", "vertical", "csv", "json", "parquet"}:
@@ -77,6 +79,8 @@ def sql(
         raise typer.BadParameter(f"cannot write --out {out}: {out.parent} is not a directory; choose a file in an "
                                  "existing, writable directory")
     con = sandboxed(_root(warehouse))
+    if note := absent_runs_note(con, text):  # e.g. a cookbook query on a warehouse without its runs
+        typer.secho(note, fg="yellow", err=True)
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -99,21 +103,30 @@ def sql(
         typer.echo(rendered)
 
 
-def tables(warehouse: WarehouseOpt = None) -> None:
+def tables(warehouse: WarehouseOpt = None, fmt: OutputOpt = "text") -> None:
     """List tables and views with row counts, then the SQL macros with their parameters."""
+    from ..db import ident, macro_signatures, view_names
+
+    check_output(fmt)
     con = _open(warehouse)
+    relations = []
     for name, kind in view_names(con):
-        label = "table" if kind == "BASE TABLE" else "view"
         if name.startswith("stg_"):
             continue
         try:
             n = con.execute(f"SELECT count(*) FROM {ident(name)}").fetchone()[0]
         except Exception:  # table macros and parameterised views have no plain count
-            n = "-"
-        typer.echo(f"{name:32} {label:5} {n}")
-    for name, kind, params in macro_signatures(con):
-        call = f"{name}({', '.join(params)})"
-        typer.echo(f"{call:70} {'table macro' if kind == 'table_macro' else 'macro'}")
+            n = None
+        relations.append({"name": name, "kind": "table" if kind == "BASE TABLE" else "view", "rows": n})
+    macros = [{"name": name, "kind": kind, "parameters": list(params)} for name, kind, params in macro_signatures(con)]
+    if fmt == "json":
+        emit_json({"relations": relations, "macros": macros})
+        return
+    for r in relations:
+        typer.echo(f"{r['name']:32} {r['kind']:5} {'-' if r['rows'] is None else r['rows']}")
+    for m in macros:
+        call = f"{m['name']}({', '.join(m['parameters'])})"
+        typer.echo(f"{call:70} {'table macro' if m['kind'] == 'table_macro' else 'macro'}")
 
 
 def register(app: typer.Typer) -> None:

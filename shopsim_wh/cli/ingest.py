@@ -6,17 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
-from ..warehouse import default_root
-from .options import WarehouseOpt
+from .options import QuietOpt, WarehouseOpt, check_output, emit_json
 
 
 def ingest(
@@ -24,19 +15,43 @@ def ingest(
     fmt: Annotated[str, typer.Option("--format", "-f", help="auto, shopsimrl-v4, agent-multi-turn, claude-code, openai-messages or atif.")] = "auto",
     warehouse: WarehouseOpt = None,
     source: Annotated[str | None, typer.Option(help="Source name used in run ids and runs.experiment.")] = None,
+    output: Annotated[str, typer.Option("--output", help="text, or json: one JSON object on stdout (--format "
+                                        "names the input's trace format here).")] = "text",
+    quiet: QuietOpt = False,
 ) -> None:
     """Land historical traces in the same tables the runner writes; bad records become ingest_errors rows."""
     from ..ingest import ingest as ingest_paths
+    from ..warehouse import default_root
 
+    check_output(output)
     root = default_root(warehouse)
-    with Progress(TextColumn("[bold]ingest"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn()) as bar:
-        task = bar.add_task("ingest", total=None)
+    if quiet or output == "json":
+        summary = ingest_paths(paths, root, format=fmt, source=source)
+    else:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+        with Progress(TextColumn("[bold]ingest"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                      TimeRemainingColumn(), console=Console(stderr=True)) as bar:
+            task = bar.add_task("ingest", total=None)
 
-        summary = ingest_paths(paths, root, format=fmt, source=source, progress=progress)
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            summary = ingest_paths(paths, root, format=fmt, source=source, progress=progress)
     d = summary.as_dict()
+    if output == "json":
+        emit_json({**d, "warehouse": str(root)})
+        return
+    if quiet:
+        return
     typer.echo(f"{d['units_read']} unit(s) read, {d['episodes_landed']} episode(s) landed, "
                f"{d['records_rejected']} record(s) rejected in {d['seconds']:.1f} s ({d['mb_per_s']:.1f} MB/s) -> warehouse {root}")
     for f in summary.files:
@@ -64,6 +79,7 @@ def dump(
     from ..errors import ShopsimError
     from ..ingest import dump_episode
     from ..ingest.dump import dump_run
+    from ..warehouse import default_root
 
     root = default_root(warehouse)
     if episode_id is None:

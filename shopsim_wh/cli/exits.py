@@ -1,0 +1,78 @@
+"""Exit codes of every `shopsim-wh` command, decided here and nowhere else (docs/cli.md is generated from EXIT_CODES).
+
+Commands return a result code with ``raise typer.Exit(exits.FAILED)``; exceptions are turned into a one-line
+``error: ...`` on stderr and a code by :func:`handle`. This module imports nothing heavy: a duckdb error is
+recognised by its module name, so `--help` never pays for importing duckdb.
+"""
+
+from __future__ import annotations
+
+import sys
+
+OK = 0
+FAILED = 1
+USAGE = 2
+UNREACHABLE = 3
+LOCKED = 4
+INTERRUPTED = 130
+
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (OK, "success (a gate that passed, a run whose every episode completed, a query that ran)"),
+    (FAILED, "the command worked and the answer is negative: the gate failed, `doctor` found problems, "
+             "a run has failed episodes (run the same command again to retry them)"),
+    (USAGE, "usage or bad input: an unknown option, a bad config, an unknown run or experiment, a SQL error, "
+            "a malformed file (the message says what to fix)"),
+    (UNREACHABLE, "a configured server (model or environment) refused the connection or never answered: "
+                  "the message names its URL"),
+    (LOCKED, "the warehouse is locked by another writer (another `run` or `ingest`): wait, then try again"),
+    (INTERRUPTED, "interrupted (Ctrl-C); a run or ingest resumes where it stopped when you run it again"),
+)
+
+SQL_HINT = ("hint: `shopsim-wh tables` lists the tables and views; docs/schema.md and docs/sql_cookbook.md "
+            "describe them")
+
+
+def code_for(exc: BaseException) -> int | None:
+    """The exit code for an exception the CLI reports as a message (None: not ours, let it raise)."""
+    from ..errors import ServerUnreachable, ShopsimError, WarehouseLockedError
+
+    if isinstance(exc, KeyboardInterrupt):
+        return INTERRUPTED
+    if isinstance(exc, ServerUnreachable):
+        return UNREACHABLE
+    if isinstance(exc, WarehouseLockedError):
+        return LOCKED
+    if isinstance(exc, ShopsimError) or _is_duckdb_error(exc):
+        return USAGE
+    return None
+
+
+def _is_duckdb_error(exc: BaseException) -> bool:
+    if "duckdb" not in sys.modules:  # nothing can have raised one
+        return False
+    import duckdb
+
+    return isinstance(exc, duckdb.Error)
+
+
+def handle(exc: BaseException) -> int | None:
+    """Print ``error: ...`` (and a hint for SQL errors) on stderr; return the exit code, None if not ours."""
+    code = code_for(exc)
+    if code is None:
+        return None
+    import typer
+
+    if code == INTERRUPTED:
+        typer.secho("interrupted", fg="yellow", err=True)
+        return code
+    typer.secho(f"error: {exc}", fg="red", err=True)
+    if _is_duckdb_error(exc):  # a query the user wrote: say what DuckDB said and where to look
+        typer.echo(SQL_HINT, err=True)
+    return code
+
+
+def table_md() -> str:
+    """The exit-code table of docs/cli.md."""
+    rows = ["| code | meaning |", "| --- | --- |"]
+    rows += [f"| {code} | {meaning} |" for code, meaning in EXIT_CODES]
+    return "\n".join(rows)
