@@ -44,7 +44,8 @@ def _wait_for_ledger(wh, pid, timeout=60):
 
 @pytest.mark.parametrize("sig,code,twice", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)])
 def test_a_signal_stops_the_run_gracefully_and_it_resumes(tmp_path, sig, code, twice):
-    cfg = faults.write_job(tmp_path / "job.yaml", episodes=4, concurrency=1)
+    # 100 ms a model answer: after the first commit the run still has seconds to go when the signal lands
+    cfg = faults.write_job(tmp_path / "job.yaml", episodes=4, concurrency=1, latency_ms=100)
     wh, out = tmp_path / "wh", tmp_path / "out.txt"
     pid = faults.fork_start(faults.cli("run", str(cfg), "-w", str(wh)), output=out)
     _wait_for_ledger(wh, pid)

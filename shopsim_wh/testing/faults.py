@@ -53,12 +53,16 @@ def scratch(fallback: Path) -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def write_job(path: str | os.PathLike, name: str = "durability", episodes: int = 2, concurrency: int = 1) -> Path:
-    """A runner config for the embedded servers (scripted policy, deterministic per seed)."""
+def write_job(path: str | os.PathLike, name: str = "durability", episodes: int = 2, concurrency: int = 1,
+              latency_ms: int = 0) -> Path:
+    """A runner config for the embedded servers (scripted policy, deterministic per seed). ``latency_ms`` makes
+    every model answer take that long (the scripted policy's latency knob), so a test can act mid-run."""
     doc = json.loads(json.dumps(TINY_JOB))
     doc["experiment"]["name"] = name
     doc["tasks"]["sample_size"] = episodes
     doc["runtime"]["concurrency"] = concurrency
+    if latency_ms:
+        doc["model"]["extra_body"] = {"scripted_policy": {"latency_ms": latency_ms}}
     Path(path).write_text(yaml.safe_dump(doc))
     return Path(path)
 
