@@ -53,7 +53,8 @@ def _open(warehouse):
     from ..db import SMALL_TABLE_BYTES, install_views
     from ..warehouse import Warehouse
 
-    if isinstance(warehouse, duckdb.DuckDBPyConnection):
+    if isinstance(warehouse, duckdb.DuckDBPyConnection):  # an open connection: its snapshot is not known here
+        warehouse.execute("SET enable_progress_bar = false")
         return warehouse, None, None
     if not Path(warehouse).is_dir():
         raise ExportError(f"no warehouse at {warehouse}; point --warehouse at one built by `run` or `ingest`")
@@ -125,6 +126,7 @@ def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, expe
     finally:
         for name in shadows:
             con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
+        con.execute("SET arrow_lossless_conversion = false")
 
 
 def _materialize(con, names: Sequence[str]) -> list[str]:
