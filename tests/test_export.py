@@ -226,3 +226,24 @@ def test_shopsimrl_v4_export_ingests_back(export_con, tmp_path):
     a = export_con.execute("SELECT episode_id, reward FROM episodes WHERE run_id = 't' ORDER BY 1").fetchall()
     b = connect(tmp_path / "wh2").execute("SELECT episode_id, reward FROM episodes ORDER BY 1").fetchall()
     assert a == b
+
+
+def test_cli_lists_kinds_and_exports_with_a_json_summary(export_wh, tmp_path):
+    from typer.testing import CliRunner
+
+    from shopsim_wh.cli.main import app
+
+    root = str(export_wh["root"])
+    res = CliRunner().invoke(app, ["export", "--list", "-w", root, "--summary-format", "json"])
+    assert res.exit_code == 0, res.output
+    kinds = {k["name"]: k for k in json.loads(res.stdout)}
+    assert set(kinds) == {k.name for k in list_kinds()}
+    assert kinds["sft-action"]["example"]["completion"][0]["role"] == "assistant"
+    assert ["prompt", "JSON[]"] in kinds["sft-action"]["columns"]
+    res = CliRunner().invoke(app, ["export", "sft-trajectory", "--out", str(tmp_path / "o"), "-w", root,
+                                   "--runs", "t", "--quiet", "--summary-format", "json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["kind"] == "sft-trajectory" and summary["rows"] == 3 == len(_rows(tmp_path / "o"))
+    res = CliRunner().invoke(app, ["export", "sft-action", "-w", root])
+    assert isinstance(res.exception, ExportError) or "--out" in str(res.exception)
