@@ -44,11 +44,12 @@ def method_export(wh: Path, out: Path, _n: int) -> dict:
 
 
 def method_copy(wh: Path, out: Path, _n: int) -> dict:
-    from shopsim_wh.db import connect
+    from shopsim_wh.db import connect, install_exports
     from shopsim_wh.export.core import MATERIALIZED, _materialize
 
     t = time.perf_counter()
     con = connect(wh)
+    install_exports(con)
     con.execute("SET enable_progress_bar = false")
     con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
     _materialize(con, MATERIALIZED)

@@ -80,10 +80,11 @@ def export_wh(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session", name="export_con")
 def export_con(export_wh):
-    from shopsim_wh.db import connect
+    from shopsim_wh.db import connect, install_exports
 
     if "con" not in _CACHE:
         _CACHE["con"] = connect(export_wh["root"])
+        install_exports(_CACHE["con"])
     return _CACHE["con"]
 
 

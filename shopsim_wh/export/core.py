@@ -50,11 +50,12 @@ def _open(warehouse):
     """A connection on the warehouse's current snapshot, and that snapshot's version."""
     import duckdb
 
-    from ..db import SMALL_TABLE_BYTES, install_views
+    from ..db import SMALL_TABLE_BYTES, install_exports, install_views
     from ..warehouse import Warehouse
 
     if isinstance(warehouse, duckdb.DuckDBPyConnection):  # an open connection: its snapshot is not known here
         warehouse.execute("SET enable_progress_bar = false")
+        install_exports(warehouse)
         return warehouse, None, None
     if not Path(warehouse).is_dir():
         raise ExportError(f"no warehouse at {warehouse}; point --warehouse at one built by `run` or `ingest`")
@@ -64,6 +65,7 @@ def _open(warehouse):
     con.execute("SET parquet_metadata_cache = true")
     con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
     install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
+    install_exports(con)
     return con, snap.version, str(Path(warehouse).resolve())
 
 

@@ -57,7 +57,7 @@ def tiny_warehouse(root: Path) -> Path:
 
 def describe_kinds(warehouse=None) -> list[dict]:
     """[{name, grain, trl, description, sample, filters, default_where, columns: [[name, type]], example}]."""
-    from ..db import connect
+    from ..db import connect, install_exports
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(warehouse) if warehouse else None
@@ -66,6 +66,7 @@ def describe_kinds(warehouse=None) -> list[dict]:
         from .core import MATERIALIZED, _materialize
 
         con = connect(root)
+        install_exports(con)
         con.execute("SET enable_progress_bar = false")
         con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
         _materialize(con, MATERIALIZED)
