@@ -203,5 +203,6 @@ conversation as OpenAI message JSON, privacy applied), `export_step_tools` (tool
 `export_decisions` (one row per decision with its reconstructed `prompt`, `completion`, `observation`, `tools`
 and token estimates). A kind is one `sql/exports/<kind>.sql` whose header (`-- export:`, `grain:`, `trl:`,
 `sample:`, `filters:`, `default-where:`, `description:`, optional `params:`, `materialize:`, `record:`) the
-registry reads.
+registry reads. `connect()` does not install this layer (its view stacks are slow to bind);
+`shopsim_wh.db.install_exports(con)` adds it to a connection for queries by hand.
 """
