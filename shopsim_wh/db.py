@@ -7,7 +7,9 @@
   ``small_table_bytes``) is copied once into a TEMP table ``stg_<table>`` instead: every Parquet
   scan pays per-file set-up (about 1-3 ms here) however few its rows, which dominates queries on small
   tables, and the copy is exact because a connection reads one snapshot for its whole life;
-* every ``.sql`` file under ``sql/<layer>/`` is executed, layers in :data:`LAYERS` order. A file may
+* every ``.sql`` file under ``sql/<layer>/`` is executed, layers in :data:`LAYERS` order, except the
+  ``exports`` layer: its views take ~1 s to bind (deep view stacks) and only exports read them, so
+  :func:`install_exports` adds them to a connection on demand (``shopsim_wh.export`` calls it). A file may
   depend on views of earlier layers and, within its layer, on others (resolved by retrying).
 
 User values never reach SQL text: callers pass them as parameters. The only text this module
@@ -31,6 +33,7 @@ from .schema import PARTITION_KEY, SCHEMA_VERSION, TABLES
 from .warehouse import Snapshot, Warehouse
 
 LAYERS = ("base", "ir", "analytics", "exports")
+ON_DEMAND_LAYERS = ("exports",)  # installed by install_exports(), not by connect()
 SMALL_TABLE_BYTES = 512 << 10  # on-disk bytes: at 5,000 episodes runs, episodes, agents, tools and the other small tables
 
 _DUCK_TYPES = {
@@ -137,7 +140,19 @@ def install_views(con: duckdb.DuckDBPyConnection, wh: Warehouse, snap: Snapshot 
         else:
             con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
             con.execute(f"CREATE OR REPLACE VIEW {db}.main.{name} AS {select}")
-    pending = list(ordered_sql(str(sql_dir())))
+    _execute_all(con, [(n, t) for n, t in ordered_sql(str(sql_dir())) if n.split("/")[0] not in ON_DEMAND_LAYERS])
+
+
+def install_exports(con: duckdb.DuckDBPyConnection) -> None:
+    """Add the exports layer (sql/exports: building blocks and kinds) to a connection from :func:`connect`;
+    a no-op when it is there already."""
+    if con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'export_decisions'").fetchone()[0]:
+        return
+    _execute_all(con, [(n, t) for n, t in ordered_sql(str(sql_dir())) if n.startswith("exports/")])
+
+
+def _execute_all(con: duckdb.DuckDBPyConnection, files: list[tuple[str, str]]) -> None:
+    pending = list(files)
     while pending:  # the order is a sort on names found in the text; a retry covers what a regex misses
         failed = []
         for name, text in pending:

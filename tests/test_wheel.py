@@ -32,6 +32,7 @@ assert str(sql).startswith({str(env)!r}), sql
 files = db.sql_files()
 assert len(files) >= 8, files
 con = db.connect(tempfile.mkdtemp())
+db.install_exports(con)  # the exports layer is installed on demand
 names = [n for n, _ in db.view_names(con)]
 for required in ("episodes", "steps", "actions", "observations", "messages", "agents", "runs"):
     assert required in names, required

@@ -1,0 +1,14 @@
+"""Training data out of the warehouse (issue 10): ``export(kind, warehouse, out, ...)`` and the kind registry.
+
+Each kind is one ``sql/exports/<kind>.sql`` view over the shared building blocks ``sql/exports/00_*.sql``
+(above all ``export_decisions``); Python registers kinds, binds parameters, shards, writes and records the
+manifest. See docs/export.md for every kind's grain, columns and an example row.
+"""
+
+from __future__ import annotations
+
+from .core import DEFAULT_SHARD_ROWS, EXPORTER_VERSION, FORMATS, ExportResult, export
+from .registry import ExportError, Kind, get_kind, list_kinds
+
+__all__ = ["DEFAULT_SHARD_ROWS", "EXPORTER_VERSION", "FORMATS", "ExportError", "ExportResult", "Kind", "export",
+           "get_kind", "list_kinds"]

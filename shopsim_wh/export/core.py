@@ -1,0 +1,236 @@
+"""``export()``: one kind of training data out of the warehouse, as deterministic shards plus manifest.json.
+
+Steps: open the warehouse at its current snapshot, bind the parameters as DuckDB variables, fill
+``export_scope`` (refusing the test split without ``allow_test``), check ``where``, count the rows to size the
+shards, then stream ``SELECT ... ORDER BY shard, sample_id`` in record batches into the shard files (exact
+duplicates of the kind's sample columns dropped and counted), rename, and write the manifest last.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from .registry import ExportError, Kind, get_kind
+from .scope import bind_params, decontamination, select_runs, where_clause
+from .writer import DUP, SHARD, WriteStats, publish, write_shards
+
+EXPORTER_VERSION = f"shopsim-wh-export-1 ({__version__})"
+DEFAULT_SHARD_ROWS = 100_000
+BATCH_ROWS = 8192
+FORMATS = ("parquet", "jsonl")
+# Building blocks every kind reads, computed once per export into TEMP tables that shadow the views (linear in the
+# warehouse: one row per message / episode / step; DuckDB spills them to disk past its memory limit).
+MATERIALIZED = ("export_episodes", "export_messages", "export_step_tools")
+
+
+@dataclass
+class ExportResult:
+    kind: str
+    out: str
+    format: str
+    rows: int
+    duplicates_removed: int
+    shards: list[dict]
+    manifest: str
+    seconds: float
+    decontamination: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _open(warehouse):
+    """A connection on the warehouse's current snapshot, and that snapshot's version."""
+    import duckdb
+
+    from ..db import SMALL_TABLE_BYTES, install_exports, install_views
+    from ..warehouse import Warehouse
+
+    if isinstance(warehouse, duckdb.DuckDBPyConnection):  # an open connection: its snapshot is not known here
+        warehouse.execute("SET enable_progress_bar = false")
+        install_exports(warehouse)
+        return warehouse, None, None
+    if not Path(warehouse).is_dir():
+        raise ExportError(f"no warehouse at {warehouse}; point --warehouse at one built by `run` or `ingest`")
+    wh = Warehouse(warehouse)
+    snap = wh.snapshot()
+    con = duckdb.connect()
+    con.execute("SET parquet_metadata_cache = true")
+    con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
+    install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
+    install_exports(con)
+    return con, snap.version, str(Path(warehouse).resolve())
+
+
+def _sample_key(kind: Kind) -> str:
+    parts = [f"coalesce(CAST({c} AS VARCHAR), chr(0))" for c in kind.sample]
+    return "md5(" + " || chr(31) || ".join(parts) + ")"
+
+
+def build_query(kind: Kind, where: str | None, n_shards: int, fmt: str, columns: list[str]) -> str:
+    """The streaming query: the kind's rows with their shard (md5 of episode_id), duplicate rank and, for JSONL,
+    the line text; ordered by shard then sample_id."""
+    filt = f"WHERE ({where})" if where else ""
+    if fmt == "jsonl":
+        line = (f"CAST({kind.line} AS VARCHAR)" if kind.line else
+                "CAST(to_json(struct_pack(" + ", ".join(f'"{c}" := "{c}"' for c in columns) + ")) AS VARCHAR)")
+        extra = f", {line} AS __line"
+    else:
+        extra = ""
+    return f"""
+        SELECT *{extra},
+               CAST(md5_number(CAST(episode_id AS VARCHAR)) % {int(n_shards)} AS INTEGER) AS {SHARD},
+               row_number() OVER (PARTITION BY {_sample_key(kind)} ORDER BY sample_id) AS {DUP}
+        FROM {kind.view} {filt}
+        ORDER BY {SHARD}, sample_id"""
+
+
+def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, experiment: str | None = None,
+           where: str | None = None, format: str = "parquet", shard_rows: int = DEFAULT_SHARD_ROWS,
+           window: int | None = None, max_tokens: int | None = None, allow_test: bool = False,
+           include_reasoning: bool = False, include_persona: bool = False, gamma: float = 1.0,
+           min_margin: float | None = None, min_step_margin: float | None = None,
+           progress: Callable[[int, int], None] | None = None) -> ExportResult:
+    """Write one kind to ``out`` (a new or empty directory) as shards + ``manifest.json``; see the module doc.
+
+    ``progress(done_rows, total_rows)`` is called as rows are written (total before duplicate removal).
+    """
+    t0 = time.perf_counter()
+    spec = get_kind(kind)
+    if format not in FORMATS:
+        raise ExportError(f"unknown format {format!r}; use parquet or jsonl")
+    if shard_rows < 1:
+        raise ExportError(f"--shard-rows must be at least 1, not {shard_rows}")
+    for name, v in (("--window", window), ("--max-tokens", max_tokens)):
+        if v is not None and v < 0:
+            raise ExportError(f"{name} must be >= 0, not {v}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"{out} is not empty; choose a new --out directory (an export never mixes with old shards)")
+    con, snapshot, root = _open(warehouse)
+    params = {"export_window": window, "export_max_tokens": max_tokens,
+              "export_include_reasoning": bool(include_reasoning), "export_include_persona": bool(include_persona),
+              "export_gamma": float(gamma), "export_min_margin": min_margin, "export_min_step_margin": min_step_margin}
+    bind_params(con, params)
+    selected = select_runs(con, runs, experiment, allow_test)
+    expr, is_default = where_clause(con, spec, where)
+    shadows = _materialize(con, MATERIALIZED + tuple(v for v in spec.materialize if v not in MATERIALIZED))
+    try:
+        return _run(con, spec, out, format, shard_rows, expr, is_default, params, selected, runs, experiment,
+                    snapshot, root, progress, t0)
+    finally:
+        for name in shadows:
+            con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
+        con.execute("SET arrow_lossless_conversion = false")
+
+
+def _materialize(con, names: Sequence[str]) -> list[str]:
+    done = []
+    for name in names:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM main.{name}")
+        done.append(name)
+    return done
+
+
+def _run(con, spec, out, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot, root,
+         progress, t0) -> ExportResult:
+    filt = f"WHERE ({expr})" if expr else ""
+    try:
+        total = con.execute(f"SELECT count(*) FROM {spec.view} {filt}").fetchone()[0]
+    except Exception as exc:  # a bad expression surfaces here, from DuckDB's binder
+        raise ExportError(f"cannot read kind {spec.name} with --where {expr!r}: {exc}; "
+                          f"fix the expression (filter columns: {', '.join(spec.filters)})") from exc
+    n_shards = max(1, math.ceil(total / shard_rows))
+    described = con.execute(f"DESCRIBE SELECT * FROM {spec.view}").fetchall()
+    columns = [r[0] for r in described]
+    opaque = [f"{r[0]} ({r[1]})" for r in described if r[1] in ("HUGEINT", "UHUGEINT", "UUID")]
+    if opaque:
+        raise ExportError(f"kind {spec.name} has column(s) {', '.join(opaque)} Arrow cannot carry plainly; "
+                          f"cast them (e.g. CAST(sum(x) AS BIGINT)) in {spec.path}")
+    missing = {"sample_id", "run_id", "episode_id", "task_id"} - set(columns)
+    if missing:
+        raise ExportError(f"kind {spec.name} ({spec.path}) lacks the lineage column(s) {sorted(missing)}; add them to its view")
+    out.mkdir(parents=True, exist_ok=True)
+    con.execute("SET arrow_lossless_conversion = true")  # JSON leaves as arrow.json -> Parquet JSON logical type
+    if spec.record:
+        from .records import record_batches
+
+        reader = record_batches(con, build_query(spec, expr, n_shards, "parquet", columns), spec.record, format,
+                                reasoning=bool(params["export_include_reasoning"]),
+                                persona=bool(params["export_include_persona"]))
+        columns = [n for n in reader.schema.names if not n.startswith("__")]
+    else:
+        reader = con.sql(build_query(spec, expr, n_shards, format, columns)).to_arrow_reader(BATCH_ROWS)
+    done = 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress(done, total)
+
+    try:
+        stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
+    except BaseException:
+        for tmp in out.glob(".tmp-*"):
+            tmp.unlink()
+        raise
+    if "split" not in columns:
+        stats.splits = _splits_of(con, stats)
+    publish(out, stats)
+    manifest = _manifest(spec, format, root, snapshot, selected, runs, experiment, expr, is_default, params,
+                         n_shards, shard_rows, total, stats, columns)
+    mpath = out / "manifest.json"
+    tmp = out / ".tmp-manifest.json"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    os.replace(tmp, mpath)
+    return ExportResult(kind=spec.name, out=str(out), format=format, rows=stats.rows,
+                        duplicates_removed=stats.duplicates, shards=manifest["shards"], manifest=str(mpath),
+                        seconds=round(time.perf_counter() - t0, 3), decontamination=manifest["decontamination"])
+
+
+def _splits_of(con, stats: WriteStats) -> set:
+    if not stats.tasks:
+        return set()
+    con.execute("CREATE OR REPLACE TEMP TABLE export_tasks_seen (run_id VARCHAR, task_id BIGINT)")
+    con.executemany("INSERT INTO export_tasks_seen VALUES (?, ?)", [list(t) for t in stats.tasks])
+    return {r[0] for r in con.execute(
+        "SELECT DISTINCT e.split FROM export_episodes AS e SEMI JOIN export_tasks_seen AS s "
+        "ON s.run_id = e.run_id AND s.task_id IS NOT DISTINCT FROM e.task_id").fetchall()}
+
+
+def _manifest(spec: Kind, fmt, root, snapshot, selected, runs, experiment, expr, is_default, params, n_shards,
+              shard_rows, total, stats: WriteStats, columns) -> dict:
+    return {
+        "kind": spec.name,
+        "grain": spec.grain,
+        "trl": spec.trl,
+        "format": fmt,
+        "columns": columns,
+        "sample_columns": list(spec.sample),
+        "kind_sql_sha256": spec.sql_sha256,
+        "exporter_version": EXPORTER_VERSION,
+        "warehouse": {"root": root, "snapshot": snapshot},
+        "source_runs": [{"run_id": r["run_id"], "fingerprint": r["fingerprint"], "source_format": r["source_format"],
+                         "experiment": r["experiment"], "split": r["split"]} for r in selected],
+        "filters": {"runs": list(runs) if runs else None, "experiment": experiment, "where": expr,
+                    "where_is_kind_default": is_default},
+        "parameters": {k.removeprefix("export_"): v for k, v in params.items()},
+        "sharding": {"by": "md5_number(episode_id) % shards", "order": "sample_id", "shard_rows": shard_rows,
+                     "shards": n_shards},
+        "rows_selected": total,
+        "duplicates_removed": stats.duplicates,
+        "rows": stats.rows,
+        "shards": [{"file": s.file, "rows": s.rows, "bytes": s.bytes, "sha256": s.sha256} for s in stats.shards],
+        "privacy": {"reasoning_included": bool(params["export_include_reasoning"]),
+                    "persona_included": bool(params["export_include_persona"]),
+                    "private_goal": "never stored, never exported (no goal-derived column such as right_product)"},
+        "decontamination": decontamination(selected, stats.splits, stats.tasks),
+    }

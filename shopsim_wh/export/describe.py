@@ -1,0 +1,208 @@
+"""Describe the kinds: grain, columns (DuckDB types) and one example row, read from a warehouse.
+
+``describe_kinds(warehouse)`` serves ``shopsim-wh export --list`` and docs/export.md. Without a warehouse
+holding runs it describes the kinds over a tiny one built from the ingest fixtures shipped in tests/ (source
+checkouts) or from an embedded-simulator demo run (installed packages).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from .registry import list_kinds
+
+EXAMPLE_CHARS = 160  # a string value of the example row is cut to this many characters
+
+
+def _short(value):
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value) if value[:1] in "[{" else None
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            return _short(parsed)
+        return value if len(value) <= EXAMPLE_CHARS else value[:EXAMPLE_CHARS] + "…"
+    if isinstance(value, list):
+        return [_short(v) for v in value[:3]] + (["…"] if len(value) > 3 else [])
+    if isinstance(value, dict):
+        return {k: _short(v) for k, v in value.items()}
+    return value
+
+
+def tiny_warehouse(root: Path) -> Path:
+    """A small warehouse for examples: the repository's ingest fixtures (Claude Code with sub-agents and a
+    summary, agent_multi_turn, ATIF) when present, else two embedded-simulator episodes."""
+    repo = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
+    paths = [repo / "ingest" / "agent_multi_turn", repo / "third_party" / "claude_code_session-share",
+             repo / "third_party" / "atif_login-trace"]
+    if all(p.exists() for p in paths):
+        from ..ingest import ingest
+
+        ingest(paths, root, parallel=False)
+        return root
+    from .. import runner
+    from ..config import load_config
+
+    cfg_path = root.parent / "demo.yaml"
+    cfg_path.write_text(json.dumps({
+        "experiment": {"name": "export-demo", "seed": 1}, "tasks": {"split": "train", "sample_size": 2},
+        "model": {"name": "scripted-strong", "base_url": "embedded"}, "environment": {"url": "embedded"},
+        "runtime": {"max_steps": 20, "concurrency": 2}}))
+    runner.run(load_config(cfg_path), str(root))
+    return root
+
+
+def describe_kinds(warehouse=None) -> list[dict]:
+    """[{name, grain, trl, description, sample, filters, default_where, columns: [[name, type]], example}]."""
+    from ..db import connect, install_exports
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(warehouse) if warehouse else None
+        if root is None or not root.is_dir():
+            root = tiny_warehouse(Path(tmp) / "wh")
+        from .core import MATERIALIZED, _materialize
+
+        con = connect(root)
+        install_exports(con)
+        con.execute("SET enable_progress_bar = false")
+        con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
+        _materialize(con, MATERIALIZED)
+        out = []
+        for k in list_kinds():
+            cols = con.execute(f"DESCRIBE SELECT * FROM {k.view}").fetchall()
+            row = con.execute(f"SELECT * FROM {k.view} ORDER BY sample_id LIMIT 1").fetchone()
+            names = [c[0] for c in cols]
+            out.append({"name": k.name, "grain": k.grain, "trl": k.trl, "description": k.description,
+                        "sample": list(k.sample), "filters": list(k.filters), "default_where": k.default_where,
+                        "record": k.record,
+                        "columns": [[c[0], c[1]] for c in cols] + ([["record", "JSON"]] if k.record else []),
+                        "example": None if row is None else {n: _short(v) for n, v in zip(names, row, strict=True)}})
+        con.close()
+    return out
+
+
+def export_doc() -> str:
+    """docs/export.md: the guide below, then every kind described over the tiny fixture warehouse."""
+    return INTRO + "\n" + export_md(describe_kinds())
+
+
+def export_md(kinds: list[dict]) -> str:
+    """docs/export.md's generated reference section."""
+    lines = ["## Kinds", ""]
+    for k in kinds:
+        lines += [f"### `{k['name']}`", "", k["description"], "",
+                  f"- grain: {k['grain']}", f"- TRL dataset type: {k['trl']}",
+                  f"- sample columns (dedupe key, privacy scan): {', '.join(k['sample'])}",
+                  f"- filter columns (`--where`): {', '.join(k['filters'])}",
+                  f"- default selection: `{k['default_where']}`" if k["default_where"] else "- default selection: every row",
+                  "", "| column | type |", "| --- | --- |"]
+        lines += [f"| `{n}` | {t} |" for n, t in k["columns"]]
+        lines += ["", "Example row (strings cut at 160 characters, lists at 3 items):", "", "```json",
+                  json.dumps(k["example"], ensure_ascii=False, indent=1, sort_keys=False, default=str), "```", ""]
+    return "\n".join(lines)
+
+
+INTRO = r"""# Exporting training data: `shopsim-wh export`
+
+<!-- generated by `python -m shopsim_wh.docs` from sql/exports/*.sql headers and shopsim_wh/export/describe.py;
+     do not edit by hand -->
+
+`shopsim-wh export KIND --out DIR` writes one kind of training data from the warehouse as deterministic shards
+plus `manifest.json`; `shopsim-wh export --list` prints every kind with its grain, columns and one example row.
+The library call is the same: `shopsim_wh.export.export(kind, warehouse, out, ...)`.
+
+```text
+shopsim-wh export sft-action --out data/sft-action                      # default selection of the kind
+shopsim-wh export sft-action --out d --runs RUN_A --runs RUN_B --window 4 --max-tokens 8000
+shopsim-wh export ntp --out d --where "source_format = 'claude-code'" --format jsonl
+shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JSON object on stdout
+```
+
+## Options
+
+| option | meaning |
+| --- | --- |
+| `--runs ID` (repeat), `--experiment NAME` | the runs read (default: every run) |
+| `--where SQL` | one boolean expression over the kind's filter columns (checked on DuckDB's parse tree: no `;`, no subquery, no other column); it replaces the kind's default selection (`--where true` keeps every row) |
+| `--format parquet\|jsonl` | shard format; message and tool columns are Parquet's JSON logical type (`datasets` decodes each message to a dict whose `tool_calls[].function.arguments` is an object) |
+| `--shard-rows N` | shards = ceil(rows / N); a row goes to shard `md5_number(episode_id) % shards` (an episode never spans shards), rows ordered by `sample_id` within a shard |
+| `--window K`, `--max-tokens N` | context reconstruction: the global prefix (always kept) plus the last K turns, then whole turns dropped oldest first until the estimated tokens fit N (estimate: ceil(chars / 4) + 4 per message, the rule of `ir_context`) |
+| `--allow-test` | read runs holding test-split episodes (refused otherwise) |
+| `--include-reasoning`, `--include-persona` | include reasoning content / the user persona (excluded by default) |
+| `--gamma` | discount for return-to-go (offline-rl) |
+| `--summary-format text\|json` | how the result is printed (`--format` is the shard format) |
+| `--progress/--quiet` | progress bar on stderr |
+
+## Guarantees
+
+- **Deterministic**: the same snapshot and command give byte-identical shards (fixed row groups, sorted rows);
+  shards are written under `.tmp-` names and renamed, `manifest.json` last.
+- **Manifest**: kind, sha256 of the kind's SQL, exporter version, warehouse snapshot, source runs with their
+  fingerprints, filters and parameters, rows selected / written / duplicates removed, rows, bytes and sha256 per
+  shard, the privacy policy applied and the decontamination record.
+- **Privacy by default**: no reasoning (`reasoning_content`, v4 `reasoning`, ATIF `reasoning_content`), no persona
+  (the `用户个人文档：` section of system prompts, `user_persona` / `persona` fields) unless a flag includes them;
+  nothing derived from the private goal exists in any export (it is never stored; goal-derived columns such as
+  `right_product` are not exported).
+- **No test leakage**: runs holding test-split episodes are refused without `--allow-test`. The manifest's
+  `decontamination` says which splits were exported, whether the export is train-only, and lists any val/test
+  task (of each shop run's split manifest, matched by hash) found in it; `clean` is true for a train-only
+  export with none.
+- **Exact duplicates** of the kind's sample columns are removed (the row with the smallest `sample_id` stays)
+  and counted.
+
+## Selection rules
+
+- `success` (every kind's filter column): a source with a reward (shop runs, tau-bench, ATIF with a final
+  reward) succeeds iff `r_success = 1` (reward_detail's, or reward >= 1 for a task reward only); a reward-less
+  trace (Claude Code sessions, agent_multi_turn without a reward) is taken as a demonstration: success iff the
+  episode completed.
+- SFT kinds select `status = 'completed' AND success` by default; decision-level kinds also leave out turns that
+  broke the tool protocol or hit the length limit (`protocol_error` / `policy_failure`).
+- Roles: OpenAI's `developer` is written as `system`; any other non-standard role (agent_multi_turn's
+  `observation` notes) as `user`, where the model read it.
+
+## ntp trace format
+
+One document per agent trajectory (main agents and sub-agents separately), sections separated by a blank line:
+
+```text
+<trace source="shopsim-wh-runner" episode="task-000042__sample-000" agent="main" role="main">
+## tools
+- search: ...description...
+  parameters: {...json schema...}
+## system
+...system prompt (persona section removed unless --include-persona)...
+## user
+...task and first page...
+## turn 0
+...assistant text...
+thinking: ...only with --include-reasoning...
+call search {"query": "..."}
+## tool
+...what answered the call...
+## outcome
+status=completed reward=1.0 success=true
+</trace>
+```
+
+## Record kinds
+
+`shopsimrl-v4` and `atif` write one whole episode per row (column `record`) or JSONL line, built by the dump
+writers for the episodes the kind's view selects, 500 episodes per query set on one connection. With both
+`--include-reasoning` and `--include-persona` the record equals what `shopsim-wh dump` writes for the episode;
+`shopsim-wh dump` stays for single episodes and ShopSimRL run directories.
+
+## Building blocks (`sql/exports/00_*.sql`)
+
+`export_scope` (the runs read), `export_episodes` (outcome and selection facts), `export_messages` (every agent's
+conversation as OpenAI message JSON, privacy applied), `export_step_tools` (tools offered per decision) and
+`export_decisions` (one row per decision with its reconstructed `prompt`, `completion`, `observation`, `tools`
+and token estimates). A kind is one `sql/exports/<kind>.sql` whose header (`-- export:`, `grain:`, `trl:`,
+`sample:`, `filters:`, `default-where:`, `description:`, optional `params:`, `materialize:`, `record:`) the
+registry reads. `connect()` does not install this layer (its view stacks are slow to bind);
+`shopsim_wh.db.install_exports(con)` adds it to a connection for queries by hand.
+"""

@@ -1,0 +1,112 @@
+"""The export kinds: one ``sql/exports/<kind>.sql`` file each, described by its comment header.
+
+A kind file opens with ``-- key: value`` lines (see docs/export.md and the contract in the module
+:mod:`shopsim_wh.export`)::
+
+    -- export: sft-action
+    -- grain: one row per decision (model turn) of any agent, main and subagents
+    -- trl: conversational prompt-completion
+    -- sample: prompt, completion, tools
+    -- filters: status, reward, r_success, success, import_fidelity, source_format, agent_role, est_tokens
+    -- default-where: status = 'completed' AND success
+    -- description: state -> next action
+
+and creates the view ``export_<kind with - as _>``. Optional keys: ``trl`` ("-" when none), ``default-where``,
+``line`` (the column a JSONL line is, for kinds whose row is one record such as ``shopsimrl-v4``),
+``params`` (the DuckDB variables the view reads), ``materialize`` (building-block views the kind reads more than once,
+computed once into TEMP tables; ``export_messages``, ``export_episodes`` and ``export_step_tools`` always are),
+``record`` (a record kind: the view selects episodes and shopsim_wh/export/records.py writes each as one
+``shopsimrl-v4`` or ``atif`` record). Files named ``00_*`` are shared building blocks, not kinds.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ShopsimError
+
+HEADER = re.compile(r"^--\s*([a-z][a-z-]*):\s?(.*)$")
+REQUIRED = ("export", "grain", "sample", "filters", "description")
+
+
+class ExportError(ShopsimError):
+    """An export cannot run as asked (unknown kind, bad --where, refused split, unwritable output)."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    grain: str
+    description: str
+    sample: tuple[str, ...]
+    filters: tuple[str, ...]
+    trl: str = "-"
+    default_where: str | None = None
+    line: str | None = None
+    params: tuple[str, ...] = ()
+    materialize: tuple[str, ...] = ()
+    record: str | None = None
+    path: Path = field(default=Path(), compare=False)
+    sql: str = field(default="", repr=False, compare=False)
+
+    @property
+    def view(self) -> str:
+        return "export_" + self.name.replace("-", "_")
+
+    @property
+    def sql_sha256(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip() and v.strip() != "-")
+
+
+def parse_kind(path: Path) -> Kind:
+    """The kind a ``sql/exports/<kind>.sql`` file declares in its header (leading ``--`` lines)."""
+    text = path.read_text()
+    meta: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        m = HEADER.match(line)
+        if m and m.group(1) not in meta:
+            meta[m.group(1)] = m.group(2).strip()
+    missing = [k for k in REQUIRED if k not in meta]
+    if missing:
+        raise ExportError(f"{path}: the header lacks {', '.join(missing)}; add `-- {missing[0]}: ...` lines at the top")
+    if meta["export"] != path.stem:
+        raise ExportError(f"{path}: header says export {meta['export']!r} but the file is named {path.name}; rename one")
+    return Kind(
+        name=meta["export"], grain=meta["grain"], description=meta["description"], sample=_split(meta["sample"]),
+        filters=_split(meta["filters"]), trl=meta.get("trl", "-") or "-",
+        default_where=meta.get("default-where") or None, line=meta.get("line") or None,
+        params=_split(meta.get("params", "")), materialize=_split(meta.get("materialize", "")),
+        record=meta.get("record") or None, path=path, sql=text)
+
+
+@functools.lru_cache(maxsize=4)
+def _kinds(root: str) -> dict[str, Kind]:
+    files = sorted(p for p in (Path(root) / "exports").glob("*.sql") if not p.name.startswith("00_"))
+    return {k.name: k for k in map(parse_kind, files)}
+
+
+def list_kinds() -> list[Kind]:
+    """Every registered kind, by name."""
+    from ..db import sql_dir
+
+    return sorted(_kinds(str(sql_dir())).values(), key=lambda k: k.name)
+
+
+def get_kind(name: str) -> Kind:
+    from ..db import sql_dir
+
+    kinds = _kinds(str(sql_dir()))
+    if name not in kinds:
+        raise ExportError(f"unknown export kind {name!r}; choose one of: {', '.join(sorted(kinds))} "
+                          "(`shopsim-wh export --list` describes them)")
+    return kinds[name]

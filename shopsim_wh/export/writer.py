@@ -1,0 +1,162 @@
+"""Shard writing: stream record batches from DuckDB into deterministic shards (temporary names, renamed at the end).
+
+Rows arrive ordered by (shard, sample_id) with a duplicate rank; the writer drops ranks above 1 (counted),
+cuts fixed-size row groups (so the bytes do not depend on DuckDB's batch boundaries) and hashes each file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROW_GROUP_ROWS = 4096
+SHARD = "__shard"
+DUP = "__dup"
+
+
+@dataclass
+class ShardStats:
+    file: str
+    rows: int = 0
+    bytes: int = 0
+    sha256: str = ""
+
+
+@dataclass
+class WriteStats:
+    shards: list[ShardStats] = field(default_factory=list)
+    duplicates: int = 0
+    tasks: set = field(default_factory=set)  # (run_id, task_id)
+    splits: set = field(default_factory=set)
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+
+def shard_name(i: int, n: int, fmt: str) -> str:
+    return f"part-{i:05d}-of-{n:05d}.{'parquet' if fmt == 'parquet' else 'jsonl'}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _ParquetSink:
+    def __init__(self, path: Path, schema: pa.Schema):
+        self.path, self.schema = path, schema
+        self.writer = pq.ParquetWriter(path, schema, compression="zstd", write_statistics=True)
+        self.pending: list[pa.RecordBatch] = []
+        self.n = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.pending.append(batch)
+        self.n += batch.num_rows
+        while self.n >= ROW_GROUP_ROWS:
+            self._flush(ROW_GROUP_ROWS)
+
+    def _flush(self, rows: int) -> None:
+        table = pa.Table.from_batches(self.pending, self.schema)
+        self.writer.write_table(table.slice(0, rows), row_group_size=rows)
+        rest = table.slice(rows)
+        self.pending, self.n = rest.to_batches(), rest.num_rows
+
+    def close(self) -> None:
+        if self.n:
+            self._flush(self.n)
+        self.writer.close()
+
+
+class _JsonlSink:
+    def __init__(self, path: Path, column: str):
+        self.f, self.column = open(path, "wb"), column
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        lines = batch.column(self.column).to_pylist()
+        if lines:
+            self.f.write(("\n".join(lines) + "\n").encode())
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """DuckDB's lossless Arrow export gives JSON as Arrow's canonical `arrow.json` extension (pyarrow writes it as
+    Parquet's JSON logical type: kept) and BOOLEAN as `arrow.bool8` (written back as plain bool)."""
+    if getattr(t, "extension_name", None) == "arrow.bool8":
+        return pa.bool_()
+    return t
+
+
+def write_shards(reader: pa.RecordBatchReader, out: Path, n_shards: int, fmt: str, line_column: str | None,
+                 progress: Callable[[int], None] | None = None) -> WriteStats:
+    """Consume ``reader`` (ordered by shard, then sample_id) into ``n_shards`` files under ``out`` (temporary
+    ``.tmp-`` names; the caller renames them with :func:`publish`). Every shard gets a file, empty or not."""
+    stats = WriteStats()
+    drop = {SHARD, DUP} | ({line_column} if line_column else set())
+    names = [n for n in reader.schema.names if n not in drop]
+    fields = [reader.schema.field(n) for n in names]
+    schema = pa.schema([f.with_type(_plain_type(f.type)) for f in fields])
+    sinks: dict[int, object] = {}
+    files = [ShardStats(shard_name(i, n_shards, fmt)) for i in range(n_shards)]
+
+    def sink(i: int):
+        if i not in sinks:
+            tmp = out / (".tmp-" + files[i].file)
+            sinks[i] = _ParquetSink(tmp, schema) if fmt == "parquet" else _JsonlSink(tmp, line_column)
+        return sinks[i]
+
+    track_split = "split" in names
+    for batch in reader:
+        if batch.num_rows == 0:
+            continue
+        dup = batch.column(DUP).to_pylist()
+        keep = [d == 1 for d in dup]
+        stats.duplicates += len(keep) - sum(keep)
+        if not all(keep):
+            batch = batch.filter(pa.array(keep))
+        shard = batch.column(SHARD).to_pylist()
+        for run, task in set(zip(batch.column("run_id").to_pylist(), batch.column("task_id").to_pylist(), strict=True)):
+            stats.tasks.add((run, task))
+        if track_split:
+            stats.splits.update(batch.column("split").to_pylist())
+        start = 0
+        while start < len(shard):  # rows are ordered by shard: cut the batch at shard changes
+            end = start
+            while end < len(shard) and shard[end] == shard[start]:
+                end += 1
+            part = batch.slice(start, end - start)
+            body = _conform(part, schema) if fmt == "parquet" else part
+            sink(shard[start]).add(body)
+            files[shard[start]].rows += end - start
+            start = end
+        if progress:
+            progress(batch.num_rows)
+    for i in range(n_shards):
+        sink(i).close()  # creates the empty shards too
+    stats.shards = files
+    return stats
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [batch.column(f.name).storage.cast(f.type) if batch.schema.field(f.name).type != f.type else batch.column(f.name)
+         for f in schema], schema=schema)
+
+
+def publish(out: Path, stats: WriteStats) -> None:
+    """Rename the temporary shards to their names and record their size and sha256."""
+    for s in stats.shards:
+        tmp, final = out / (".tmp-" + s.file), out / s.file
+        s.sha256, s.bytes = _sha256(tmp), tmp.stat().st_size
+        os.replace(tmp, final)
