@@ -45,6 +45,7 @@ def export(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from ..export import export as run_export
+    from ..warehouse import default_root
 
     root = default_root(warehouse)
     kwargs = dict(runs=runs or None, experiment=experiment, where=where, format=fmt, shard_rows=shard_rows,
@@ -75,6 +76,7 @@ def export(
 
 def _list(warehouse: str | None, summary_format: str) -> None:
     from ..export.describe import describe_kinds
+    from ..warehouse import default_root
 
     root = default_root(warehouse)
     kinds = describe_kinds(root if Path(root).is_dir() else None)
