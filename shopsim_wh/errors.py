@@ -11,7 +11,9 @@
     │   └── ModelUnavailable          retries exhausted (connection errors, 408/429/5xx)
     ├── EnvironmentError_             shop environment server problems
     │   ├── EnvProtocolError          server answered something the protocol does not allow
-    │   └── ObservationVersionError   observation_version this client does not know
+    │   ├── ObservationVersionError   observation_version this client does not know
+    │   └── EnvUnavailable            no usable answer (connection lost, timeout, 429/5xx, garbled body) and
+    │                                 retrying could apply the action twice: the episode fails, re-runs from reset
     ├── IngestError                   a whole input could not be read (record-level problems become rows)
     └── GateError                     (shopsim_wh.analytics.gate) the paired gate cannot produce a result
         ├── GateRefused               the runs must not be paired (fingerprints differ beyond skills, no checkpoint id)
@@ -77,6 +79,14 @@ class EnvProtocolError(EnvironmentError_):
 
 class ObservationVersionError(EnvironmentError_):
     pass
+
+
+class EnvUnavailable(EnvironmentError_):
+    """The environment gave no usable answer; ``applied_maybe`` when the request may have been processed."""
+
+    def __init__(self, message: str, applied_maybe: bool = True):
+        self.applied_maybe = applied_maybe
+        super().__init__(message)
 
 
 class IngestError(ShopsimError):

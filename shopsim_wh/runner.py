@@ -6,6 +6,10 @@
   ``attempt``), runs episodes with asyncio concurrency and commits finished episodes in group
   commits (whatever finished while the previous commit was being written), so a crash loses at most
   the episodes in flight. A finished run's files are compacted into few large ones.
+* an episode that failed because the environment gave no usable answer (:class:`EnvUnavailable`, or a
+  5xx / 409 of its own) is re-run from reset up to ``EPISODE_RERUNS`` times in the same run; every failed
+  try stays an attempt with its ``failures`` row (docs/reliability.md). A model 401/403/404/400/422 stops
+  the run (the message says what to check).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import httpx
 from . import __version__
 from .config import EMBEDDED, Config
 from .environment import PRIMARY_REWARD, make_adapter, read_health
-from .errors import ConfigError, FingerprintMismatch, TestSplitGuard
+from .errors import ConfigError, EnvUnavailable, FingerprintMismatch, TestSplitGuard
 from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
 from .model import ChatModel
 from .prompts import PromptBuilder
@@ -35,6 +39,7 @@ from .warehouse import Warehouse, Writer
 
 SOURCE_FORMAT = "shopsim-wh-runner"
 COMPACT_EVERY_FILES = 64
+EPISODE_RERUNS = 2  # re-runs from reset of an episode the environment failed (infrastructure), per run
 
 
 @dataclass
@@ -133,6 +138,17 @@ class RunResult:
     seconds: float = 0.0
     fatal: str | None = None
     failures: list[str] = field(default_factory=list)
+    reruns: int = 0  # episodes re-run from reset after an environment failure
+
+
+def infrastructure_failure(rec: EpisodeRecord) -> bool:
+    """True when the attempt failed because the environment gave no usable answer (re-run it from reset)."""
+    from .environment import EnvServerError
+
+    exc = rec.error
+    if rec.completed or exc is None or rec.fatal is not None:
+        return False
+    return isinstance(exc, EnvUnavailable) or (isinstance(exc, EnvServerError) and (exc.status >= 500 or exc.status == 409))
 
 
 def _diff(stored: dict, new: dict) -> dict[str, tuple[Any, Any]]:
@@ -215,7 +231,8 @@ def make_model(cfg: Config, client: httpx.AsyncClient) -> ChatModel:
     m = cfg.model
     return ChatModel(client, m.name, temperature=m.sampling.temperature, top_p=m.sampling.top_p,
                      max_tokens=m.sampling.max_tokens, extra_body=m.extra_body, max_retries=m.max_retries,
-                     backoff_base_s=m.retry_backoff_s, send_seed=m.send_seed, tool_choice=m.tool_choice)
+                     backoff_base_s=m.retry_backoff_s, send_seed=m.send_seed, tool_choice=m.tool_choice,
+                     api_key_env=m.api_key_env)
 
 
 def model_identity(cfg: Config) -> dict:
@@ -269,27 +286,36 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
         primary = health.get("primary_reward") or PRIMARY_REWARD[cfg.environment.dialect]
         stop = asyncio.Event()
 
+        idempotent = health.get("idempotency_keys") is True
+
         async def one(job: EpisodeJob) -> None:
             async with sem:
-                if stop.is_set():
-                    return
-                env = make_adapter(cfg.environment.dialect, env_client, cfg.environment.persona, cfg.environment.timeout_s)
-                rt = AgentRuntime(model, env, p.prompts, p.skills, cfg.runtime.max_steps, primary)
-                rec = await rt.run(job)
-                committer.add(rec)
-                result.attempted += 1
-                if rec.completed:
-                    result.completed += 1
-                else:
-                    result.failed += 1
-                    if len(result.failures) < 20:
-                        result.failures.append(f"{job.episode_id}: {rec.failure['stage']}: {rec.failure['exception_type']}: "
-                                               f"{rec.failure['message'][:200]}")
-                if rec.fatal is not None and not stop.is_set():
-                    result.fatal = str(rec.fatal)
-                    stop.set()
-                if progress:
-                    progress(rec)
+                for rerun in range(EPISODE_RERUNS + 1):
+                    if stop.is_set() or not await one_attempt(job) or rerun == EPISODE_RERUNS:
+                        return
+                    result.reruns += 1
+
+        async def one_attempt(job: EpisodeJob) -> bool:
+            """Run one attempt and queue it for commit; True when the environment failed it (re-run it)."""
+            env = make_adapter(cfg.environment.dialect, env_client, cfg.environment.persona, cfg.environment.timeout_s,
+                               idempotent=idempotent)
+            rt = AgentRuntime(model, env, p.prompts, p.skills, cfg.runtime.max_steps, primary)
+            rec = await rt.run(job)
+            committer.add(rec)
+            result.attempted += 1
+            if rec.completed:
+                result.completed += 1
+            else:
+                result.failed += 1
+                if len(result.failures) < 20:
+                    result.failures.append(f"{job.episode_id}: {rec.failure['stage']}: {rec.failure['exception_type']}: "
+                                           f"{rec.failure['message'][:200]}")
+            if rec.fatal is not None and not stop.is_set():
+                result.fatal = str(rec.fatal)
+                stop.set()
+            if progress:
+                progress(rec)
+            return infrastructure_failure(rec)
 
         try:
             await asyncio.gather(*(one(j) for j in todo))
