@@ -7,7 +7,7 @@ point at :attr:`FaultProxy.url`); a ``chooser(request) -> fault | None`` decides
 ``429_retry_after`` 429 with ``Retry-After`` (:attr:`retry_after` seconds); not forwarded
 ``429``            429 without ``Retry-After``; not forwarded
 ``500`` ``503``    a server error; not forwarded
-``400`` ``401``    a client error (``401`` is what a bad API key gets); not forwarded
+``400`` ``401``    a client error; ``401`` (a refused key) quotes the key it was sent, as some APIs do
 ``reset_before``   the connection is reset (TCP RST) before anything is forwarded
 ``reset_after``    forwarded, the server processed it, then the connection is reset: the outcome is unknown
 ``timeout``        forwarded and processed, then no answer for :attr:`hold_s` seconds and the connection closed
@@ -145,6 +145,10 @@ class FaultProxy:
             self.port_local = self._server.sockets[0].getsockname()[1]
             ready.set()
             self._loop.run_forever()
+            pending = asyncio.all_tasks(self._loop)
+            for t in pending:  # connections still open (a held timeout): end them before the loop closes
+                t.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._server.close()
             self._loop.run_until_complete(self._server.wait_closed())
             self._loop.close()
@@ -191,7 +195,7 @@ class FaultProxy:
                 if fault:
                     self.injected[fault] += 1
                 if fault in STATUS_FAULTS:
-                    await self._answer(writer, STATUS_FAULTS[fault], fault)
+                    await self._answer(writer, STATUS_FAULTS[fault], fault, headers.get("authorization", ""))
                     continue
                 if fault == "reset_before":
                     return _reset(writer)
@@ -220,8 +224,10 @@ class FaultProxy:
             if not writer.is_closing():
                 writer.close()
 
-    async def _answer(self, writer: asyncio.StreamWriter, status: int, fault: str) -> None:
+    async def _answer(self, writer: asyncio.StreamWriter, status: int, fault: str, auth: str) -> None:
         msg = f"injected {fault} by FaultProxy"
+        if status == 401:  # as some APIs do: quote the key that was refused (the client must mask it)
+            msg += f"; incorrect API key provided: {auth.removeprefix('Bearer ')!r}"
         body = json.dumps({"error": {"message": msg, "type": "injected"}, "result": {"error": msg}}).encode()
         extra = f"Retry-After: {self.retry_after}\r\n" if fault == "429_retry_after" else ""
         writer.write((f"HTTP/1.1 {status} {REASONS[status]}\r\ncontent-type: application/json\r\n"
