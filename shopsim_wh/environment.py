@@ -179,12 +179,18 @@ async def read_health(client: httpx.AsyncClient, dialect: str) -> dict:
     """``GET /healthz`` of a shop_env server, checked: it must speak an observation version we know."""
     if dialect != "shop_env":
         return {"primary_reward": PRIMARY_REWARD[dialect], "observation_version": None, "environment_version": None}
-    try:
-        resp = await client.get("healthz")
-        doc = resp.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise EnvProtocolError(f"environment healthz at {client.base_url}: {type(exc).__name__}: {exc}; start the "
-                               "server (python -m shop_env.pack_api) or fix environment.url") from None
+    for attempt in range(ENV_RETRIES + 1):  # a GET changes nothing: always safe to retry
+        try:
+            resp = await client.get("healthz")
+            doc = resp.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            if attempt == ENV_RETRIES:
+                raise EnvProtocolError(f"environment healthz at {client.base_url}: {type(exc).__name__}: {exc}; start "
+                                       "the server (python -m shop_env.pack_api) or fix environment.url") from None
+        else:
+            if resp.status_code not in RETRY_STATUSES or attempt == ENV_RETRIES:
+                break
+        await asyncio.sleep(_backoff(attempt, None))
     if resp.status_code != 200 or not isinstance(doc, dict):
         raise EnvProtocolError(f"environment healthz at {client.base_url}: HTTP {resp.status_code}: {str(doc)[:200]}")
     version = doc.get("observation_version")

@@ -19,18 +19,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shopsim_wh.db import connect
-from shopsim_wh.ingest import ingest
-from shopsim_wh.testing.badinput import (
-    ALL_CLASSES,
-    READERS,
-    SUFFIX,
-    build_file,
-    check_landed,
-    decodable_prefix,
-    templates,
-    truncate_compressed,
-)
+from shopsim_wh.testing.badinput import READERS, fuzz_ingest, random_plan, templates
 
 from .conftest import REPO
 
@@ -39,7 +28,6 @@ EXAMPLES = int(os.environ.get("SHOPSIM_FUZZ_EXAMPLES", "1"))
 MAX_FIELD = 4096
 TPL = templates()
 CORPUS = REPO / "tests" / "fixtures" / "fuzz" / "corpus.json"
-CHOICES = ("good", "good", "good", *[c for c in ALL_CLASSES if c != "torn_line"])
 
 
 @contextmanager
@@ -56,50 +44,9 @@ def no_hang(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
-def random_plan(rng: random.Random, n: int) -> list[tuple[str, int]]:
-    """Every class once, then ``n`` random lines (a good record half the time), maybe a torn last line."""
-    classes = [c for c in ALL_CLASSES if c != "torn_line"]
-    plan = [(c, rng.randrange(6)) for c in classes] + [
-        (rng.choice(("good",) * len(classes) + tuple(classes)), rng.randrange(6)) for _ in range(n)]
-    rng.shuffle(plan)
-    return plan + ([("torn_line", rng.randrange(6))] if rng.random() < 0.7 else [])
-
-
 def ingest_plans(cases: list[tuple[str, list, str | None]]) -> list[str]:
-    """Build one file per case (reader, plan, compression or None), ingest each reader's files in one call
-    (forced format) into one warehouse, and return every problem found."""
-    with tempfile.TemporaryDirectory() as d:
-        d = Path(d)
-        expected, by_reader = {}, {}
-        for i, (reader, plan, kind) in enumerate(cases):
-            plan = [tuple(x) for x in plan]
-            built = build_file(reader, plan, TPL[reader], MAX_FIELD)
-            f = d / f"{i:03d}" / SUFFIX[reader]
-            f.parent.mkdir()
-            data, errors, good = built.data, built.errors, built.good
-            if kind:  # the same records in a cut-short archive: the decodable whole lines land, one row says so
-                packed = truncate_compressed(data, kind)
-                f = f.with_name(f.name + (".gz" if kind == "gzip" else ".zst"))
-                f.write_bytes(packed)
-                prefix = decodable_prefix(packed, kind)
-                whole = prefix.count(b"\n")  # complete lines before the cut
-                tail = prefix[prefix.rfind(b"\n") + 1:]
-                errors = [e for e in errors if e[0] <= whole]
-                good -= sum(1 for i, (c, _) in enumerate(plan) if i >= whole and c in ("good", "bom"))
-                errors.append((whole + 1, "truncated_file") if tail.strip() and whole else (None, "truncated_file"))
-            else:
-                f.write_bytes(data)
-            expected[str(f)] = (reader, errors, good)
-            by_reader.setdefault(reader, []).append(f)
-        with no_hang(120):
-            for reader, files in by_reader.items():
-                summary = ingest(files, d / "wh", format=reader, max_field_bytes=MAX_FIELD)
-                assert [x.status for x in summary.files] == ["landed"] * len(files), summary.files
-        con = connect(d / "wh")
-        problems = []
-        for source, (reader, errors, good) in expected.items():
-            problems += check_landed(con, source, reader, errors, good)
-        return problems
+    with tempfile.TemporaryDirectory() as d, no_hang(120):
+        return fuzz_ingest(cases, Path(d), TPL, MAX_FIELD).problems
 
 
 @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,

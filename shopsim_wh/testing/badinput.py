@@ -137,6 +137,15 @@ def bad_line(reader: str, cls: str, rec: dict, variant: int = 0, max_field_bytes
     raise ValueError(f"unknown bad-input class {cls!r}")
 
 
+def random_plan(rng, n: int) -> list[tuple[str, int]]:
+    """Every class once, then ``n`` random lines (a good record half the time), maybe a torn last line."""
+    classes = [c for c in ALL_CLASSES if c != "torn_line"]
+    plan = [(c, rng.randrange(6)) for c in classes] + [
+        (rng.choice(("good",) * len(classes) + tuple(classes)), rng.randrange(6)) for _ in range(n)]
+    rng.shuffle(plan)
+    return plan + ([("torn_line", rng.randrange(6))] if rng.random() < 0.7 else [])
+
+
 @dataclass
 class Built:
     data: bytes
@@ -240,3 +249,54 @@ def check_landed(con, source_file: str, reader: str, errors: list[tuple[int | No
     if n != good:
         problems.append(f"{reader}: {n} good records landed, expected {good}")
     return problems
+
+
+@dataclass
+class FuzzResult:
+    problems: list[str] = field(default_factory=list)
+    records: dict[str, int] = field(default_factory=dict)  # lines written per class ("good" included)
+    files: int = 0
+
+
+def fuzz_ingest(cases: list[tuple[str, list, str | None]], workdir: Path, tpl: dict[str, list[dict]] | None = None,
+                max_field_bytes: int = 4096) -> FuzzResult:
+    """Build one file per case (reader, plan, compression or None), ingest each reader's files in one call
+    (forced format) into one warehouse under ``workdir``, and check every file (:func:`check_landed`)."""
+    from ..db import connect
+    from ..ingest import ingest
+
+    tpl = tpl or templates()
+    res, expected, by_reader = FuzzResult(), {}, {}
+    for i, (reader, plan, kind) in enumerate(cases):
+        plan = [tuple(x) for x in plan]
+        built = build_file(reader, plan, tpl[reader], max_field_bytes)
+        for c, n in built.classes.items():
+            res.records[c] = res.records.get(c, 0) + n
+        f = workdir / f"{i:04d}" / SUFFIX[reader]
+        f.parent.mkdir(parents=True)
+        data, errors, good = built.data, built.errors, built.good
+        if kind:  # the same records in a cut-short archive: the decodable whole lines land, one row says so
+            packed = truncate_compressed(data, kind)
+            f = f.with_name(f.name + (".gz" if kind == "gzip" else ".zst"))
+            f.write_bytes(packed)
+            prefix = decodable_prefix(packed, kind)
+            whole = prefix.count(b"\n")  # complete lines before the cut
+            tail = prefix[prefix.rfind(b"\n") + 1:]
+            errors = [e for e in errors if e[0] <= whole]
+            good -= sum(1 for j, (c, _) in enumerate(plan) if j >= whole and c in ("good", "bom"))
+            errors.append((whole + 1, "truncated_file") if tail.strip() and whole else (None, "truncated_file"))
+            res.records[f"truncated_{kind}"] = res.records.get(f"truncated_{kind}", 0) + 1
+        else:
+            f.write_bytes(data)
+        expected[str(f)] = (reader, errors, good)
+        by_reader.setdefault(reader, []).append(f)
+    for reader, files in by_reader.items():
+        summary = ingest(files, workdir / "wh", format=reader, max_field_bytes=max_field_bytes)
+        bad = [x for x in summary.files if x.status != "landed"]
+        res.problems += [f"{reader}: {x.path} {x.status}: {x.message}" for x in bad]
+    res.files = len(expected)
+    con = connect(workdir / "wh")
+    for source, (reader, errors, good) in expected.items():
+        res.problems += check_landed(con, source, reader, errors, good)
+    con.close()
+    return res

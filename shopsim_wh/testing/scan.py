@@ -133,10 +133,10 @@ def _scan_json(text: str, path: str, needles: list[str]) -> list[Hit] | None:
     """Strings of a JSON document or JSONL lines (None when it is neither)."""
     try:
         docs = [json.loads(text)]
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             docs = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON (or a depth bomb): the caller searches the text
             return None
     hits: list[Hit] = []
     for doc in docs:
