@@ -5,7 +5,9 @@
     │   ├── FingerprintMismatch       same experiment name, different semantics (carries a field diff)
     │   └── TestSplitGuard            test split without --allow-test, or test split with skills
     ├── WarehouseError                on-disk warehouse problems (unknown table, bad run id, newer schema)
-    │   └── WarehouseLockedError      another writer holds the lock
+    │   ├── WarehouseLockedError      another writer holds the lock
+    │   ├── WarehouseFullError        the file system (or file-size limit) is full; says what was committed
+    │   └── IntegrityError            `shopsim-wh check` found lost, duplicated or unexpected episodes
     ├── ModelError                    chat-completions server problems
     │   ├── ModelHTTPError            non-retryable HTTP status (400/401/403/404/422): fix the request/config
     │   └── ModelUnavailable          retries exhausted (connection errors, 408/429/5xx)
@@ -52,6 +54,14 @@ class WarehouseError(ShopsimError):
 
 
 class WarehouseLockedError(WarehouseError):
+    pass
+
+
+class WarehouseFullError(WarehouseError):
+    pass
+
+
+class IntegrityError(WarehouseError):
     pass
 
 

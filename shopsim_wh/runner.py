@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -25,10 +27,11 @@ from typing import Any
 
 import httpx
 
-from . import __version__
+from . import __version__, crash
+from .committer import SOURCE_FORMAT, Committer
 from .config import EMBEDDED, Config
 from .environment import PRIMARY_REWARD, make_adapter, read_health
-from .errors import ConfigError, EnvUnavailable, FingerprintMismatch, TestSplitGuard
+from .errors import ConfigError, EnvUnavailable, FingerprintMismatch, TestSplitGuard, WarehouseFullError
 from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
 from .model import ChatModel
 from .prompts import PromptBuilder
@@ -37,8 +40,6 @@ from .schema import to_arrow
 from .skills import SkillProvider, load_skills
 from .warehouse import Warehouse, Writer
 
-SOURCE_FORMAT = "shopsim-wh-runner"
-COMPACT_EVERY_FILES = 64
 EPISODE_RERUNS = 2  # re-runs from reset of an episode the environment failed (infrastructure), per run
 
 
@@ -139,6 +140,15 @@ class RunResult:
     fatal: str | None = None
     failures: list[str] = field(default_factory=list)
     reruns: int = 0  # episodes re-run from reset after an environment failure
+    committed: int = 0  # episodes this invocation committed and acknowledged in its ledger
+    interrupted: str | None = None  # "SIGTERM" / "SIGINT" when a signal stopped the run (see docs/durability.md)
+
+    @property
+    def exit_code(self) -> int:
+        """What the CLI exits with: 128 + the signal's number when interrupted (130 SIGINT, 143 SIGTERM)."""
+        if self.interrupted:
+            return 128 + int(getattr(signal, self.interrupted))
+        return 1 if (self.fatal or self.failed) else 0
 
 
 def infrastructure_failure(rec: EpisodeRecord) -> bool:
@@ -156,75 +166,23 @@ def _diff(stored: dict, new: dict) -> dict[str, tuple[Any, Any]]:
 
 
 def _existing_state(wh: Warehouse, run_id: str) -> tuple[dict | None, str | None, set[str], dict[str, int]]:
-    """(stored fingerprint fields, stored environment_version, completed episode ids, last attempt per episode)."""
+    """(stored fingerprint fields, stored environment_version, completed episode ids, last attempt per episode).
+
+    Read from the snapshot's files directly (a few columns of three tables): an episode counts as done when
+    its last attempt completed with ``done`` (what the ``episodes`` view, the last attempt, says)."""
     if not wh.exists():
         return None, None, set(), {}
-    from .db import connect
-
-    con = connect(wh.root)
-    row = con.execute("SELECT fingerprint_fields, environment_version FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    done = {r[0] for r in con.execute(
-        "SELECT episode_id FROM episodes WHERE run_id = ? AND status = 'completed' AND done", [run_id]).fetchall()}
-    attempts = dict(con.execute(
-        "SELECT episode_id, max(attempt) FROM episode_attempts WHERE run_id = ? GROUP BY 1", [run_id]).fetchall())
-    con.close()
-    return (json.loads(row[0]) if row else None), (row[1] if row else None), done, attempts
-
-
-def _record_rows(experiment: str, load_id: str, attempt: int, rec: EpisodeRecord) -> dict[str, list[dict]]:
-    key = {"episode_id": rec.job.episode_id, "attempt": attempt, "load_id": load_id}
-    ep = {**rec.episode, **key, "experiment": experiment, "source_format": SOURCE_FORMAT}
-    rows: dict[str, list[dict]] = {
-        "episodes": [ep],
-        "agents": [{**key, "agent_id": "main", "agent_role": "main", "depth": 0,
-                    "model": next((s["model"] for s in rec.steps if s.get("model")), None)}],
-        "steps": [{**s, **key} for s in rec.steps],
-        "actions": [{**a, **key} for a in rec.actions],
-        "observations": [{**o, **key} for o in rec.observations],
-        "messages": [{**m, **key, "agent_id": "main"} for m in rec.messages],
-        "skills_selected": [{**s, **key} for s in rec.skills],
-        "tools": [{**t, **key} for t in rec.tools.values()],
-        "failures": [{**rec.failure, **key}] if rec.failure else [],
-    }
-    return rows
-
-
-class _Committer:
-    """Group commit: while one commit is being written, finished episodes queue for the next."""
-
-    def __init__(self, writer: Writer, plan_: Plan, load_id: str, attempts: dict[str, int]):
-        self.writer, self.plan, self.load_id, self.attempts = writer, plan_, load_id, attempts
-        self.pending: list[EpisodeRecord] = []
-        self.wake = asyncio.Event()
-        self.closed = False
-        self.committed = 0
-
-    def add(self, rec: EpisodeRecord) -> None:
-        self.pending.append(rec)
-        self.wake.set()
-
-    def _commit(self, recs: list[EpisodeRecord]) -> None:
-        by_table: dict[str, list[dict]] = {}
-        for rec in recs:
-            attempt = self.attempts.get(rec.job.episode_id, 0) + 1
-            self.attempts[rec.job.episode_id] = attempt
-            for table, rows in _record_rows(self.plan.cfg.experiment.name, self.load_id, attempt, rec).items():
-                by_table.setdefault(table, []).extend(rows)
-        self.writer.commit([(t, self.plan.run_id, to_arrow(t, rows)) for t, rows in by_table.items() if rows])
-        small = [e for e in self.writer.snap.files("steps", self.plan.run_id) if not e.compacted]
-        if len(small) > COMPACT_EVERY_FILES:
-            self.writer.compact(self.plan.run_id, small_only=True)
-
-    async def loop(self) -> None:
-        while True:
-            await self.wake.wait()
-            self.wake.clear()
-            recs, self.pending = self.pending, []
-            if recs:
-                await asyncio.to_thread(self._commit, recs)
-                self.committed += len(recs)
-            if self.closed and not self.pending:
-                return
+    snap = wh.snapshot()
+    runs = wh.read("runs", ["fingerprint_fields", "environment_version"], run_id, snap).to_pylist()
+    last: dict[str, tuple[int, bool]] = {}
+    for r in wh.read("episodes", ["episode_id", "attempt", "status", "done"], run_id, snap).to_pylist():
+        if r["episode_id"] not in last or r["attempt"] > last[r["episode_id"]][0]:
+            last[r["episode_id"]] = (r["attempt"], r["status"] == "completed" and bool(r["done"]))
+    done = {eid for eid, (_, ok) in last.items() if ok}
+    attempts = {eid: a for eid, (a, _) in last.items()}
+    row = runs[0] if runs else None
+    return (json.loads(row["fingerprint_fields"]) if row else None), (row["environment_version"] if row else None), \
+        done, attempts
 
 
 def make_model(cfg: Config, client: httpx.AsyncClient) -> ChatModel:
@@ -257,6 +215,7 @@ class _Start:
     attempts: dict[str, int]
     allow_test: bool
     on_start: Callable[[int, int], None] | None
+    on_signal: Callable[[str, int], None] | None = None
     result: RunResult | None = None
 
 
@@ -279,12 +238,21 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
         result = start.result = RunResult(p.run_id, len(p.jobs), len(p.jobs) - len(todo))
         if start.on_start:
             start.on_start(len(todo), result.skipped)
-        committer = _Committer(writer, p, load_id, start.attempts)
+        committer = Committer(writer, p.run_id, p.cfg.experiment.name, load_id, start.attempts)
         commit_task = asyncio.create_task(committer.loop())
         sem = asyncio.Semaphore(concurrency)
         model = make_model(cfg, model_client)
         primary = health.get("primary_reward") or PRIMARY_REWARD[cfg.environment.dialect]
         stop = asyncio.Event()
+        tasks: list[asyncio.Task] = []
+        running = [0]  # episodes started and not finished
+
+        def abandon() -> None:  # in-flight episodes are cancelled: their leases are released, nothing is written
+            stop.set()
+            for t in tasks:
+                t.cancel()
+
+        committer.on_error = abandon
 
         idempotent = health.get("idempotency_keys") is True
 
@@ -300,7 +268,12 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
             env = make_adapter(cfg.environment.dialect, env_client, cfg.environment.persona, cfg.environment.timeout_s,
                                idempotent=idempotent)
             rt = AgentRuntime(model, env, p.prompts, p.skills, cfg.runtime.max_steps, primary)
-            rec = await rt.run(job)
+            running[0] += 1
+            try:
+                rec = await rt.run(job)
+            finally:
+                running[0] -= 1
+            crash.point("runner.episode_finished")
             committer.add(rec)
             result.attempted += 1
             if rec.completed:
@@ -317,16 +290,49 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
                 progress(rec)
             return infrastructure_failure(rec)
 
+        def on_signal(sig: signal.Signals) -> None:
+            if result.interrupted is None:  # first signal: start nothing new, finish and commit what is in flight
+                result.interrupted = sig.name
+                stop.set()
+                if start.on_signal:
+                    start.on_signal(sig.name, running[0])
+            else:  # second signal: abandon the episodes in flight
+                abandon()
+
+        installed = _install_signals(asyncio.get_running_loop(), on_signal)
         try:
-            await asyncio.gather(*(one(j) for j in todo))
+            tasks.extend(asyncio.create_task(one(j)) for j in todo)
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            for o in outcomes:
+                if isinstance(o, BaseException) and not isinstance(o, asyncio.CancelledError):
+                    raise o
         finally:
+            for sig in installed:
+                asyncio.get_running_loop().remove_signal_handler(sig)
             committer.closed = True
             committer.wake.set()
             await commit_task
+            result.committed = committer.committed
+            if committer.error is not None:
+                raise committer.error
+
+
+def _install_signals(loop: asyncio.AbstractEventLoop, handler) -> list[signal.Signals]:
+    """SIGTERM and SIGINT stop the run gracefully (only possible in the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    sigs = [signal.SIGTERM, signal.SIGINT]
+    for sig in sigs:
+        loop.add_signal_handler(sig, handler, sig)
+    return sigs
 
 
 def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = None, allow_test: bool = False,
-        progress: Callable[[EpisodeRecord], None] | None = None, on_start: Callable[[int, int], None] | None = None) -> RunResult:
+        progress: Callable[[EpisodeRecord], None] | None = None, on_start: Callable[[int, int], None] | None = None,
+        on_signal: Callable[[str, int], None] | None = None) -> RunResult:
+    """Run or resume ``cfg``. SIGTERM / SIGINT (in the main thread) stop it gracefully: nothing new starts, the
+    episodes in flight finish and are committed (a second signal abandons them), ``result.interrupted`` names
+    the signal and the run resumes with the same command. ``on_signal(name, in_flight)`` is told at once."""
     from .warehouse import default_root
 
     p = plan(cfg)
@@ -336,25 +342,42 @@ def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = Non
     t0 = time.perf_counter()
     load_id = f"{p.run_id}.{datetime.now(UTC):%Y%m%dT%H%M%S}.{uuid.uuid4().hex[:6]}"
     started = datetime.now(UTC)
-    with wh.writer() as writer:
+    with wh.writer(grace_s=grace_seconds()) as writer:
         stored, stored_env, done, attempts = _existing_state(wh, p.run_id)
         if stored is not None and stored != p.fingerprint_fields:
             raise FingerprintMismatch(p.run_id, _diff(stored, p.fingerprint_fields))
-        start = _Start(stored, stored_env, done, attempts, allow_test, on_start)
+        start = _Start(stored, stored_env, done, attempts, allow_test, on_start, on_signal)
         status = "interrupted"
         try:
             asyncio.run(_run_async(p, writer, start, load_id, concurrency or cfg.runtime.concurrency, progress))
-            status = "complete"
+            status = "interrupted" if start.result.interrupted else "complete"
+        except WarehouseFullError as exc:
+            n = start.result.committed if start.result else 0
+            raise WarehouseFullError(f"run {p.run_id!r}: {n} episode(s) of this invocation were committed before the "
+                                     f"disk filled ({len(done) + n} of {len(p.jobs)} planned are stored). {exc}") from exc
         finally:
             result = start.result
             if result is not None:  # the run started (health read, runs row written): record this load
-                writer.commit([("loads", p.run_id, to_arrow("loads", [{
-                    "load_id": load_id, "command": "resume" if stored is not None else "run", "started_at": started,
-                    "finished_at": datetime.now(UTC), "episodes_written": result.attempted, "status": status,
-                    "tool_version": __version__}]))])
-                writer.compact(p.run_id)
+                try:
+                    writer.commit([("loads", p.run_id, to_arrow("loads", [{
+                        "load_id": load_id, "command": "resume" if stored is not None else "run", "started_at": started,
+                        "finished_at": datetime.now(UTC), "episodes_written": result.attempted, "status": status,
+                        "tool_version": __version__}]))])
+                    crash.point("runner.load_recorded")
+                    writer.compact(p.run_id)
+                except WarehouseFullError:
+                    if status == "complete":
+                        raise
+                    # already failing or interrupted: the loads row is bookkeeping; the first error is what counts
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def grace_seconds() -> float:
+    """How long replaced files stay for readers of older snapshots: ``$SHOPSIM_WH_GRACE_S`` or 300."""
+    import os
+
+    return float(os.environ.get("SHOPSIM_WH_GRACE_S") or 300)
 
 
 def _runs_row(p: Plan, load_id: str, allow_test: bool, health: dict) -> dict:

@@ -18,6 +18,11 @@ never from a glob, so they see whole batches or nothing, and files written by a 
 invisible (``vacuum`` removes them). Compaction writes the merged files, commits a snapshot that
 swaps them in, and leaves the replaced files on disk for ``grace_s`` seconds so readers that
 opened the previous snapshot finish their queries.
+
+Every file-system step of a commit, compaction and vacuum is a named crash point
+(:mod:`shopsim_wh.crash`) and reports itself to the power-loss recorder; see docs/durability.md.
+One writer at a time (``_catalog/LOCK``, an ``flock`` the kernel releases when its holder dies): a
+second writer waits up to ``$SHOPSIM_WH_LOCK_TIMEOUT_S`` (default 30) seconds, readers never wait.
 """
 
 from __future__ import annotations
@@ -36,7 +41,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import WarehouseError, WarehouseLockedError
+from . import crash
+from .crash import fs_event
+from .errors import WarehouseError, WarehouseFullError, WarehouseLockedError
+from .fsio import atomic_write_bytes as _atomic_write_bytes
+from .fsio import fsync_dir as _fsync_dir
+from .fsio import fsync_file as _fsync_file
+from .fsio import is_no_space, make_dirs
+from .fsio import replace as _replace
+from .fsio import unlink as _unlink
 from .schema import DICTIONARY_COLUMNS, PARTITION_KEY, SCHEMA_VERSION, TABLES, conform
 
 SNAPSHOT_FORMAT = "shopsim-wh-snapshot-v1"
@@ -61,24 +74,6 @@ def check_run_id(run_id: str) -> str:
             "(at most 128 characters, not starting with '.', '_' or '-')"
         )
     return run_id
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 @dataclass
@@ -150,10 +145,15 @@ def stage_parquet(staging_dir: Path, data: pa.Table, compression_level: int = ZS
     name = f"{prefix}-{time.time_ns():x}-{uuid.uuid4().hex[:8]}.parquet"
     path = Path(staging_dir) / name
     rows_per_group = max(1024, int(data.num_rows * ROW_GROUP_TARGET_BYTES / max(1, data.nbytes)))
-    pq.write_table(
-        data, path, compression="zstd", compression_level=compression_level, row_group_size=rows_per_group,
-        write_statistics=True, use_dictionary=[c for c in data.column_names if c in DICTIONARY_COLUMNS],
-    )
+    try:
+        pq.write_table(
+            data, path, compression="zstd", compression_level=compression_level, row_group_size=rows_per_group,
+            write_statistics=True, use_dictionary=[c for c in data.column_names if c in DICTIONARY_COLUMNS],
+        )
+    except BaseException:
+        path.unlink(missing_ok=True)  # a half-written file (disk full) is not left behind
+        raise
+    fs_event("create", path)
     return StagedFile(path, data.num_rows)
 
 
@@ -185,10 +185,29 @@ class Warehouse:
     def abspath(self, entry: FileEntry) -> Path:
         return self.root / entry.path
 
+    def read(self, table: str, columns: list[str], run_id: str | None = None,
+             snap: Snapshot | None = None) -> pa.Table:
+        """Some columns of a table's snapshot files (plus ``run_id``), without DuckDB or the views: what a
+        resume or the checker needs is a few columns, and installing every view costs about a second."""
+        snap = snap or self.snapshot()
+        spec = TABLES[table].arrow_schema
+        parts = []
+        for e in snap.files(table, run_id):
+            t = pq.read_table(self.abspath(e), columns=columns, schema=spec)
+            parts.append(t.append_column(PARTITION_KEY, pa.array([e.run_id] * t.num_rows, pa.string())))
+        if not parts:
+            return pa.schema([spec.field(c) for c in columns] + [pa.field(PARTITION_KEY, pa.string())]).empty_table()
+        return pa.concat_tables(parts)
+
     @contextmanager
-    def writer(self, timeout_s: float = 30.0, grace_s: float = 300.0) -> Iterator[Writer]:
-        self.catalog_dir.mkdir(parents=True, exist_ok=True)
-        self.staging_dir.mkdir(parents=True, exist_ok=True)
+    def writer(self, timeout_s: float | None = None, grace_s: float = 300.0) -> Iterator[Writer]:
+        """The single writer: waits up to ``timeout_s`` (default ``$SHOPSIM_WH_LOCK_TIMEOUT_S`` or 30) for the
+        lock. A lock left by a killed writer is free at once (the kernel drops a dead process's flock); its
+        half-written files are never in a snapshot and are deleted here before anything else is written."""
+        if timeout_s is None:
+            timeout_s = float(os.environ.get("SHOPSIM_WH_LOCK_TIMEOUT_S") or 30)
+        make_dirs(self.catalog_dir)
+        make_dirs(self.staging_dir)
         lock_path = self.catalog_dir / "LOCK"
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + timeout_s
@@ -201,15 +220,16 @@ class Warehouse:
                     holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
                     os.close(fd)
                     raise WarehouseLockedError(
-                        f"warehouse {self.root} is locked by another writer ({holder or 'unknown'}); "
-                        "wait for it to finish or use another --warehouse"
+                        f"warehouse {self.root} is locked by another writer ({holder or 'unknown'}); one writer at "
+                        "a time: wait for it to finish (or raise $SHOPSIM_WH_LOCK_TIMEOUT_S) or use another --warehouse"
                     ) from None
                 time.sleep(0.05)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode(), 0)
+        fs_event("root", self.root)
         try:
             w = Writer(self, grace_s)
-            w.vacuum()
+            w.vacuum(orphans=True)
             yield w
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -223,23 +243,30 @@ class Writer:
         self.wh = wh
         self.grace_s = grace_s
         self.snap = wh.snapshot()
+        self._placed: list[Path] = []  # files moved into table directories by the step in progress
 
     # -- writing files -------------------------------------------------------------------------
     def _write_file(self, table: str, run_id: str, data: pa.Table, compacted: bool = False,
                     compression_level: int = ZSTD_LEVEL) -> FileEntry:
-        return self._place(table, run_id, stage_parquet(self.wh.staging_dir, data, compression_level), compacted)
+        staged = stage_parquet(self.wh.staging_dir, data, compression_level)
+        self._placed.append(staged.path)  # removed again if this step fails before it is renamed
+        return self._place(table, run_id, staged, compacted)
 
     def _place(self, table: str, run_id: str, staged: StagedFile, compacted: bool = False) -> FileEntry:
         """Move a fully written file from ``_staging/`` into its table directory (fsynced first)."""
         if staged.path.parent.resolve() != self.wh.staging_dir.resolve():
             raise WarehouseError(f"{staged.path} is not in this warehouse's staging directory {self.wh.staging_dir}")
-        with open(staged.path, "rb+") as f:
-            os.fsync(f.fileno())
+        crash.point("commit.staged")
+        _fsync_file(staged.path)
+        crash.point("commit.file_synced")
         rel_dir = f"{table}/{PARTITION_KEY}={run_id}"
         final_dir = self.wh.root / rel_dir
-        final_dir.mkdir(parents=True, exist_ok=True)
-        os.replace(staged.path, final_dir / staged.path.name)
+        make_dirs(final_dir)
+        self._placed.append(final_dir / staged.path.name)
+        _replace(staged.path, final_dir / staged.path.name)
+        crash.point("commit.file_renamed")
         _fsync_dir(final_dir)
+        crash.point("commit.dir_synced")
         return FileEntry(f"{rel_dir}/{staged.path.name}", run_id, staged.rows,
                          (final_dir / staged.path.name).stat().st_size, compacted, SCHEMA_VERSION)
 
@@ -248,11 +275,34 @@ class Writer:
         snap.committed_at = time.time()
         cat = self.wh.catalog_dir
         _atomic_write_bytes(cat / f"snapshot-{snap.version:06d}.json", snap.to_json())
+        crash.point("commit.snapshot_written")
         _atomic_write_bytes(cat / "CURRENT", str(snap.version).encode())
         self.snap = snap
+        self._placed = []
+        crash.point("commit.current_replaced")
         for old in cat.glob("snapshot-*.json"):  # keep a short history for readers mid-swap
             if int(old.stem.split("-")[1]) < snap.version - 5:
-                old.unlink(missing_ok=True)
+                _unlink(old)
+
+    @contextmanager
+    def _all_or_nothing(self, what: str) -> Iterator[None]:
+        """On failure before CURRENT names the new snapshot, delete the files this step placed (they are in no
+        snapshot), and turn a full disk into a :class:`WarehouseFullError` saying what is committed."""
+        self._placed = []
+        try:
+            yield
+        except BaseException as exc:
+            for p in self._placed:
+                _unlink(p)
+            self._placed = []
+            if is_no_space(exc):
+                raise WarehouseFullError(
+                    f"no space left for the warehouse {self.wh.root} while writing {what} ({exc}); nothing of it is "
+                    f"visible and no temporary file is left; committed so far: snapshot {self.snap.version} "
+                    f"({sum(e.rows for e in self.snap.files('episodes'))} episode attempt rows). Free space (or raise "
+                    "the file-size limit), then run the same command again: it resumes from what is committed"
+                ) from exc
+            raise
 
     def commit(self, batches: Iterable[tuple[str, str, pa.Table]], replace_runs: Iterable[str] = (),
                compression_level: int = ZSTD_LEVEL) -> Snapshot:
@@ -265,6 +315,10 @@ class Writer:
         :class:`StagedFile` (written by :func:`stage_parquet`, e.g. in a parsing worker process) is
         adopted as it is.
         """
+        with self._all_or_nothing("a commit"):
+            return self._commit(batches, replace_runs, compression_level)
+
+    def _commit(self, batches, replace_runs, compression_level) -> Snapshot:
         staged: dict[str, list[FileEntry]] = {}
         for table, run_id, data in batches:
             if table not in TABLES:
@@ -300,6 +354,10 @@ class Writer:
         ``small_only`` merges only the files not yet compacted (cheap, for use while a run is going: the
         cost stays proportional to what was written since); the final compaction merges everything.
         """
+        with self._all_or_nothing(f"the compaction of run {run_id}"):
+            return self._compact(run_id, min_files, small_only)
+
+    def _compact(self, run_id: str, min_files: int, small_only: bool) -> int:
         replaced: dict[str, list[FileEntry]] = {}
         written: dict[str, list[FileEntry]] = {}
         for table, spec in TABLES.items():
@@ -321,6 +379,7 @@ class Writer:
             replaced[table] = entries
         if not replaced:
             return 0
+        crash.point("compact.files_written")
         now = time.time()
         new = Snapshot(tables={}, pending_delete=list(self.snap.pending_delete))
         for table, entries in self.snap.tables.items():
@@ -328,21 +387,28 @@ class Writer:
             new.tables[table] = [e for e in entries if e.path not in gone] + written.get(table, [])
             new.pending_delete += [{"path": p, "since": now} for p in sorted(gone)]
         self._publish(new)
+        crash.point("compact.published")
         return sum(len(v) for v in replaced.values())
 
-    def vacuum(self, force: bool = False) -> int:
-        """Delete replaced files past the grace period, plus orphans left by crashed commits."""
+    def vacuum(self, force: bool = False, orphans: bool = False) -> int:
+        """Delete replaced files past the grace period, plus orphans left by crashed commits.
+
+        An orphan (a file in ``_staging/`` or a table directory that no snapshot lists) waits out the grace
+        period too, unless ``orphans``: the writer passes it when it opens, since holding the lock means no
+        other writer can be mid-commit (readers never open a file no snapshot lists)."""
         now = time.time()
         keep_pending, removed = [], 0
         for item in self.snap.pending_delete:
             if force or now - item["since"] >= self.grace_s:
-                (self.wh.root / item["path"]).unlink(missing_ok=True)
+                if _unlink(self.wh.root / item["path"]):
+                    crash.point("vacuum.file_deleted")
                 removed += 1
             else:
                 keep_pending.append(item)
+        old_enough = lambda f: force or orphans or now - f.stat().st_mtime >= self.grace_s  # noqa: E731
         for f in self.wh.staging_dir.glob("*"):
-            if force or now - f.stat().st_mtime >= self.grace_s:
-                f.unlink(missing_ok=True)
+            if old_enough(f):
+                _unlink(f)
         live = {e.path for es in self.snap.tables.values() for e in es} | {i["path"] for i in keep_pending}
         for table in TABLES:
             tdir = self.wh.root / table
@@ -350,9 +416,14 @@ class Writer:
                 continue
             for f in tdir.glob("*/*.parquet"):
                 rel = f.relative_to(self.wh.root).as_posix()
-                if rel not in live and (force or now - f.stat().st_mtime >= self.grace_s):
-                    f.unlink(missing_ok=True)
+                if rel not in live and old_enough(f):
+                    _unlink(f)
+                    crash.point("vacuum.file_deleted")
                     removed += 1
+        for f in self.wh.catalog_dir.glob(".*.tmp"):  # a snapshot or CURRENT being written when a writer died
+            if old_enough(f):
+                _unlink(f)
         if len(keep_pending) != len(self.snap.pending_delete):
             self._publish(Snapshot(tables=dict(self.snap.tables), pending_delete=keep_pending))
+            crash.point("vacuum.published")
         return removed

@@ -71,8 +71,18 @@ def run(
             mean = counts["reward"] / counts["ok"] if counts["ok"] else 0.0
             bar.update(task, advance=1, stats=f"reward {mean:.3f} failed {counts['failed']}")
 
-        result = runner.run(cfg, warehouse, concurrency, allow_test, progress=progress, on_start=on_start)
+        def on_signal(name: str, in_flight: int) -> None:
+            bar.console.print(f"{name}: starting nothing new, finishing {in_flight} episode(s) in flight "
+                              "(send it again to abandon them)", style="yellow")
+
+        result = runner.run(cfg, warehouse, concurrency, allow_test, progress=progress, on_start=on_start,
+                            on_signal=on_signal)
     root = default_root(warehouse, cfg.output.warehouse)
+    if result.interrupted:
+        typer.secho(f"interrupted by {result.interrupted}: {result.committed} episode(s) committed by this invocation; "
+                    "run the same command again to resume "
+                    f"(`shopsim-wh check -w {root}` verifies the warehouse)", fg="yellow", err=True)
+        raise typer.Exit(result.exit_code)
     typer.echo(f"\n{result.attempted} episode(s) run in {result.seconds:.1f} s "
                f"({result.completed} completed, {result.failed} failed, {result.skipped} skipped as already done) "
                f"-> warehouse {root}")

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from .. import __version__
-from ..errors import ShopsimError
+from .. import __version__, crash
+from ..errors import ShopsimError, WarehouseFullError
+from ..ledger import Ledger
 from ..schema import TABLES
 from ..warehouse import Warehouse
 from ._io import SIDECAR_NAMES, expand_paths, read_head, sha256_files
@@ -269,6 +270,7 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
     done_bytes = 0
     wh = Warehouse(warehouse)
     committed_any = False
+    ledger = Ledger(wh.root, load_id)
     with wh.writer() as w:
         by_hash, by_file = _existing_runs(wh)
         for f, reader, comps in plan:
@@ -301,6 +303,12 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             try:
                 w.commit(_unit_batches(ctx, reader, hasher, decide, started, wait_first=size < EARLY_HASH_BYTES),
                          replace_runs=_Lazy(unit, "replace"), compression_level=INGEST_ZSTD_LEVEL)
+            except WarehouseFullError as exc:
+                _drop_staged(wh, load_id)
+                landed = [r for r in summary.files if r.status == "landed" and r is not res]
+                raise WarehouseFullError(
+                    f"ingest stopped at {f}: {len(landed)} unit(s) landed before the disk filled "
+                    f"({sum(r.episodes for r in landed)} episodes). {exc}") from exc
             except _AlreadyIngested:
                 _drop_staged(wh, load_id)
                 done_bytes += size
@@ -319,6 +327,10 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             run_id = res.run_id
             committed_any = True
             res.episodes, res.attempts, res.records, res.rejected = ctx.episodes, ctx.attempts, ctx.records, ctx.rejected
+            crash.point("ingest.unit_committed")
+            ledger.append({"writer": "ingest", "run_id": run_id, "snapshot": w.snap.version, "source_hash": sha,
+                           "source_file": source_file, "episode_attempts": ctx.attempts,
+                           "replaces": [r for r in unit.get("replace", []) if r != run_id]})
             by_hash[sha] = run_id
             by_file[source_file] = [run_id]
             done_bytes += size
@@ -333,6 +345,7 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
                 "tool_version": __version__,
             })
             w.commit([(t, load_id, tab) for t, tab in sink.flush()])
+            crash.point("ingest.load_recorded")
     summary.seconds = time.perf_counter() - t0
     return summary
 
@@ -425,6 +438,7 @@ def _unit_batches(ctx: UnitContext, reader, hasher: _Hasher, decide, started: da
 
 
 def _drain(ctx: UnitContext):
+    crash.point("ingest.unit_parsed")
     while ctx.ready:
         table, tab = ctx.ready.pop(0)
         yield table, ctx.run_id, tab

@@ -1,0 +1,85 @@
+"""The file-system steps of a durable commit, each reported to the power-loss recorder (:mod:`.crash`).
+
+A name (a created, renamed or deleted file, a new directory) is durable only once its directory is
+fsynced; a file's bytes only once the file is. Everything the warehouse writer writes goes through here.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+from .crash import fs_event
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fs_event("sync_dir", path)
+
+
+def fsync_file(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+    fs_event("sync", path)
+
+
+def replace(src: Path, dst: Path) -> None:
+    os.replace(src, dst)
+    fs_event("replace", src, dst)
+
+
+def unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    fs_event("unlink", path)
+    return True
+
+
+def make_dirs(path: Path) -> None:
+    """``mkdir -p`` whose new names are durable: each created directory's parent is fsynced."""
+    path = Path(path)
+    if path.is_dir():
+        return
+    make_dirs(path.parent)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return
+    fs_event("mkdir", path)
+    fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            fs_event("create", tmp)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        fs_event("sync", tmp)
+        replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+NO_SPACE_ERRNOS = {28, 27, 122}  # ENOSPC, EFBIG (RLIMIT_FSIZE), EDQUOT
+
+
+def is_no_space(exc: BaseException) -> bool:
+    """An OSError (or Arrow's IOError) saying the file system or the file-size limit is full."""
+    if not isinstance(exc, OSError):
+        return False
+    if exc.errno in NO_SPACE_ERRNOS:
+        return True
+    text = str(exc)
+    return any(s in text for s in ("No space left", "File too large", "Disk quota exceeded"))

@@ -1,0 +1,70 @@
+"""The commit ledger: what each writer acknowledged as committed, for the checker (:mod:`.check`).
+
+``<root>/_ledger/<load_id>.jsonl``, one file per ``run`` / ``ingest`` invocation, append-only. After a
+commit is current (``CURRENT`` names it) the writer appends one JSON line and fsyncs it; only then
+does it count the episodes as done (progress bar, result counts). A line is therefore a promise: the
+checker reports every acknowledged episode the warehouse does not hold as *lost*. The converse is
+allowed (a crash between ``CURRENT`` and the ledger line leaves a committed, unacknowledged commit;
+resume sees it stored and does not run it again). A torn last line (a crash mid-append) was never
+acknowledged and is skipped.
+
+Line shapes (``v`` 1):
+
+* runner: ``{"v":1,"writer":"run","load_id","run_id","snapshot","episodes":[[episode_id, attempt, status], ...]}``
+* ingest: ``{"v":1,"writer":"ingest","load_id","run_id","snapshot","source_hash","source_file",
+  "episode_attempts": n, "replaces": [run_id, ...]}`` (a re-ingested path drops its earlier runs)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from . import crash
+from .crash import fs_event
+from .fsio import fsync_dir, make_dirs
+
+LEDGER_DIR = "_ledger"
+
+
+class Ledger:
+    """One writer invocation's ledger file; :meth:`append` returns once the line is durable."""
+
+    def __init__(self, root: str | os.PathLike, load_id: str):
+        self.dir = Path(root) / LEDGER_DIR
+        self.path = self.dir / f"{load_id}.jsonl"
+        self.load_id = load_id
+
+    def append(self, entry: dict) -> None:
+        line = json.dumps({"v": 1, "load_id": self.load_id, **entry}, separators=(",", ":"), ensure_ascii=False)
+        new = not self.path.exists()
+        if new:
+            make_dirs(self.dir)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if new:
+                fs_event("create", self.path)
+            os.write(fd, (line + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fs_event("sync", self.path)
+        if new:
+            fsync_dir(self.dir)
+        crash.point("commit.acknowledged")
+
+
+def read_ledger(root: str | os.PathLike) -> tuple[list[dict], int]:
+    """(every acknowledged entry in file order per writer, torn lines skipped)."""
+    entries, torn = [], 0
+    d = Path(root) / LEDGER_DIR
+    for f in sorted(d.glob("*.jsonl")) if d.is_dir() else []:
+        for raw in f.read_bytes().split(b"\n"):
+            if not raw.strip():
+                continue
+            try:
+                entries.append(json.loads(raw))
+            except ValueError:
+                torn += 1
+    return entries, torn
