@@ -315,10 +315,12 @@ def table(out: dict) -> str:
         lines.append(f"| kills | {d['kills']} SIGKILLs (resumes killed too), {d['resumes']} starts, all checks clean: "
                      f"{d['storm_ok']} |")
         lines.append("| disk-full events | tests/test_durability_ops.py (a 4 MiB tmpfs): not repeated by the soak |")
+    elif "durability" not in out["legs"]:
+        lines.append("| crash points, kills, disk full | leg not run (--legs) |")
     else:
         lines.append("| crash points, kills, disk full | not in this build (durability branch not merged) |")
     faults = ", ".join(f"{k} {v}" for k, v in out["http_faults"].items())
-    lines.append(f"| HTTP faults injected | {faults} |")
+    lines.append(f"| HTTP faults injected | {faults or 'leg not run (--legs)'} |")
     for leg in out["http"]:
         kind = "idempotent server" if leg["idempotent_server"] else "server without idempotency keys"
         lines.append(f"| HTTP faults at {leg['rate']:.0%}, {kind} | {leg['injected']} injected, {leg['runs']} run(s) "
@@ -367,6 +369,7 @@ def main() -> int:
     out: dict = {"load": [], "http": [], "args": {k: v for k, v in vars(args).items() if k != "format"}}
     t0 = time.perf_counter()
     legs = set(args.legs.split(","))
+    out["legs"] = sorted(legs)
     out.update(http_faults={}, inputs={"records": {}, "files": 0, "problems": []}, durability=None, sql=None)
     try:
         for name, leg in (("load", leg_load), ("http", leg_http), ("durability", leg_durability), ("inputs", leg_inputs)):
