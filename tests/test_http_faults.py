@@ -39,6 +39,20 @@ def interact(n: int):
     return pred
 
 
+def lease_interact(n: int, k: int):
+    """Predicate: the k-th interact on the n-th lease seen in interacts (1-based); a re-run gets a new lease."""
+    leases: dict[str, int] = {}
+
+    def pred(req) -> bool:
+        if req.action != "interact":
+            return False
+        lease = req.json()["lease_id"]
+        leases.setdefault(lease, 0)
+        leases[lease] += 1
+        return list(leases).index(lease) + 1 == n and leases[lease] == k
+    return pred
+
+
 def nth(path_part: str, n: int):
     seen = [0]
 
@@ -136,10 +150,15 @@ def test_unknown_step_outcomes_are_replayed_not_reapplied_by_an_idempotent_serve
 def test_without_idempotency_an_unknown_step_fails_the_episode_which_reruns_from_reset(tmp_path, servers, baseline):
     app, url = servers["plain"]
     before = dict(app.counters)
-    faults = [(interact(2), "reset_after"), (interact(6), "timeout"), (interact(10), "truncated"),
-              (interact(14), "malformed"), (interact(18), "503"), (interact(22), "400"), (interact(26), "429")]
+    # one episode at a time: leases 1, 3, 5, 7, 9 are five episodes' first attempts (2, 4, ... their re-runs);
+    # lease 11 is the sixth episode: a 429 (retried: refused, not processed) then a 400 (not re-run in the run)
+    faults = [(lease_interact(1, 2), "reset_after"), (lease_interact(3, 2), "timeout"),
+              (lease_interact(5, 2), "truncated"), (lease_interact(7, 2), "malformed"), (lease_interact(9, 2), "503"),
+              (lease_interact(11, 2), "429"), (lease_interact(11, 3), "400")]
     with FaultProxy(url, Script(faults), hold_s=0.6, retry_after="0.01") as proxy:
-        res = runner.run(_cfg(tmp_path, env_url=proxy.url), str(tmp_path / "wh"))
+        res = runner.run(_cfg(tmp_path, env_url=proxy.url, runtime={"concurrency": 1}), str(tmp_path / "wh"))
+    assert dict(proxy.injected) == dict.fromkeys(["reset_after", "timeout", "truncated", "malformed", "503", "429",
+                                                  "400"], 1)
     con = connect(tmp_path / "wh")
     # the five unknown outcomes were re-run in the run, the 400 (the server refused the request) was not,
     # the 429 (refused, not processed) was simply retried
