@@ -22,10 +22,21 @@ The private goal never leaves this module: a terminal answer's ``goal`` is reduc
 ``right_product`` (purchased asin equals the goal's; else ``reward_detail.target_asin_match``), and
 the payloads kept for storage drop ``env_idx``, ``lease_id``, ``goal`` and the private reset fields.
 ``close`` releases the slot and is idempotent.
+
+Faults (docs/reliability.md): a request that got no usable answer (connection refused or reset, timeout,
+truncated or non-JSON body, 429, 500/502/503/504) is retried up to ``ENV_RETRIES`` times with jittered
+backoff (``Retry-After`` honoured) only when that cannot apply an action twice: always when the request
+never reached the server (connect error) or the answer was 429; otherwise only against a server that
+announces ``idempotency_keys: true`` in ``/healthz`` (the embedded one): every shop_env request then carries
+a fresh ``request_id`` that its retries repeat, and the server answers a repeat from its reply cache instead
+of applying it again. Any other failure raises :class:`EnvUnavailable`: the episode fails (a ``failures``
+row, never a reward) and the runner re-runs it from reset.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -33,7 +44,13 @@ from typing import Any
 
 import httpx
 
-from .errors import EnvironmentError_, EnvProtocolError, EnvUnreachable, ObservationVersionError
+from .errors import (
+    EnvironmentError_,
+    EnvProtocolError,
+    EnvUnavailable,
+    EnvUnreachable,
+    ObservationVersionError,
+)
 
 OBSERVATION_VERSION = "shopping-observation-v7"
 KNOWN_OBSERVATION_VERSIONS = frozenset({OBSERVATION_VERSION})
@@ -41,6 +58,10 @@ TERMINATION_REASONS = ("action_limit", "generation_length")
 LEASE_FIELDS = frozenset({"env_idx", "lease_id"})
 PRIVATE_FIELDS = frozenset({"goal", "private_task_instruction", "goal_options", "reason_key"})
 PRIMARY_REWARD = {"shop_env": "r_strict", "pi-slime": "r_loose"}
+ENV_RETRIES = 4  # retries of one request that got no usable answer (when retrying is safe, see above)
+ENV_BACKOFF_S = 0.1  # base of the jittered exponential backoff between them (capped at ENV_BACKOFF_CAP_S)
+ENV_BACKOFF_CAP_S = 5.0
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 BUTTON_RE = re.compile(r"\[button\]\s*(.*?)\s*\[button_\]")
 PAGE_TITLES = {"页面：搜索首页": "search_home", "页面：搜索结果": "search_results", "页面：商品详情": "product_detail",
                "页面：商品属性页": "information_subpage", "页面：任务已终止": "terminal"}
@@ -117,20 +138,71 @@ def _decode(resp: httpx.Response, what: str) -> dict:
     return result
 
 
+def _backoff(attempt: int, retry_after: str | None) -> float:
+    if retry_after:
+        try:
+            return min(max(float(retry_after), 0.0), ENV_BACKOFF_CAP_S)
+        except ValueError:
+            pass
+    return min(ENV_BACKOFF_CAP_S, ENV_BACKOFF_S * 2**attempt) * random.uniform(0.5, 1.0)
+
+
+async def send_with_retries(client: httpx.AsyncClient, endpoint: str, body: dict, timeout, what: str,
+                            idempotent: bool) -> dict:
+    """POST one shop_env request by the retry rule of the module docstring; the decoded ``result``."""
+    for attempt in range(ENV_RETRIES + 1):
+        retry_after = None
+        try:
+            resp = await client.post(endpoint, json=body, timeout=timeout)
+        except httpx.HTTPError as exc:
+            never_sent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+            problem, safe = f"{type(exc).__name__}: {exc}", never_sent or idempotent
+        else:
+            never_sent, safe = False, True
+            if resp.status_code in RETRY_STATUSES and (idempotent or resp.status_code == 429):
+                retry_after = resp.headers.get("retry-after")
+                problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
+            else:  # the server's own answer (an error answer raises EnvServerError with its message)
+                try:
+                    return _decode(resp, what)
+                except EnvProtocolError as exc:  # not the protocol's body: garbled on the way?
+                    if not idempotent:
+                        raise EnvUnavailable(f"{exc} (the request may have been applied, so it is not retried)") from None
+                    problem = str(exc).split(";")[0]
+        if not safe or attempt == ENV_RETRIES:
+            tried = f" (tried {attempt + 1} times)" if attempt else ""
+            applied = "" if never_sent else (
+                "; the outcome is unknown and this server cannot tell a repeat from a new action, so it is not retried"
+                if not safe else "")
+            raise EnvUnavailable(
+                f"environment {what}: {problem}{tried}{applied}; the episode is recorded as failed and re-run from "
+                f"reset: check that the server at {client.base_url} is up and healthy", applied_maybe=not never_sent)
+        await asyncio.sleep(_backoff(attempt, retry_after))
+    raise AssertionError("unreachable")
+
+
 async def read_health(client: httpx.AsyncClient, dialect: str) -> dict:
     """``GET /healthz`` of a shop_env server, checked: it must speak an observation version we know."""
     if dialect != "shop_env":
         return {"primary_reward": PRIMARY_REWARD[dialect], "observation_version": None, "environment_version": None}
-    try:
-        resp = await client.get("healthz")
-        doc = resp.json()
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        raise EnvUnreachable(f"environment server at {client.base_url} refused the connection ({type(exc).__name__}: "
-                             f"{exc}): start it (python -m shop_env.pack_api, or `shopsim-wh sim serve`) or fix "
-                             "environment.url in the config", url=str(client.base_url)) from None
-    except (httpx.HTTPError, ValueError) as exc:
-        raise EnvProtocolError(f"environment healthz at {client.base_url}: {type(exc).__name__}: {exc}; start the "
-                               "server (python -m shop_env.pack_api) or fix environment.url") from None
+    for attempt in range(ENV_RETRIES + 1):  # a GET changes nothing: always safe to retry
+        try:
+            resp = await client.get("healthz")
+            doc = resp.json()
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            if attempt == ENV_RETRIES:
+                raise EnvUnreachable(f"environment server at {client.base_url} refused the connection "
+                                     f"({type(exc).__name__}: {exc}): start it (python -m shop_env.pack_api, or "
+                                     "`shopsim-wh sim serve`) or fix environment.url in the config",
+                                     url=str(client.base_url)) from None
+        except (httpx.HTTPError, ValueError) as exc:
+            if attempt == ENV_RETRIES:
+                raise EnvProtocolError(f"environment healthz at {client.base_url}: {type(exc).__name__}: {exc}; start "
+                                       "the server (python -m shop_env.pack_api) or fix environment.url") from None
+        else:
+            if resp.status_code not in RETRY_STATUSES or attempt == ENV_RETRIES:
+                break
+        await asyncio.sleep(_backoff(attempt, None))
     if resp.status_code != 200 or not isinstance(doc, dict):
         raise EnvProtocolError(f"environment healthz at {client.base_url}: HTTP {resp.status_code}: {str(doc)[:200]}")
     version = doc.get("observation_version")
@@ -148,8 +220,9 @@ class ShopEnvAdapter:
     fidelity = "canonical"
 
     def __init__(self, client: httpx.AsyncClient, persona: bool = False, interaction_mode: str = "single_turn",
-                 timeout_s: float = 60.0, endpoint: str = "api/shop_agent"):
+                 timeout_s: float = 60.0, endpoint: str = "api/shop_agent", idempotent: bool = False):
         self.client = client
+        self.idempotent = idempotent  # the server honours request_id (GET /healthz: idempotency_keys)
         self.persona = persona
         self.interaction_mode = interaction_mode
         self.timeout_s = timeout_s
@@ -167,12 +240,9 @@ class ShopEnvAdapter:
     async def _post(self, body: dict, what: str) -> dict:
         # reset queues until a slot is free: no read timeout there
         timeout = httpx.Timeout(self.timeout_s, read=None) if body["action"] == "reset" else self.timeout_s
-        try:
-            resp = await self.client.post(self.endpoint, json=body, timeout=timeout)
-        except httpx.HTTPError as exc:
-            raise EnvProtocolError(f"environment {what}: {type(exc).__name__}: {exc}; is the server at "
-                                   f"{self.client.base_url} up?") from exc
-        result = _decode(resp, what)
+        if self.idempotent:
+            body = {**body, "request_id": uuid.uuid4().hex}
+        result = await send_with_retries(self.client, self.endpoint, body, timeout, what, self.idempotent)
         if body["action"] == "reset" and "env_idx" in result and result.get("lease_id"):
             # hold the lease before any check below can fail, so close() releases the slot
             self.env_idx, self.lease_id = int(result["env_idx"]), str(result["lease_id"])
@@ -361,9 +431,10 @@ class PiSlimeAdapter:
         await self._call({"action": "release_one", "env_idx": self.env_idx}, "release_one")
 
 
-def make_adapter(dialect: str, client: httpx.AsyncClient, persona: bool = False, timeout_s: float = 60.0):
+def make_adapter(dialect: str, client: httpx.AsyncClient, persona: bool = False, timeout_s: float = 60.0,
+                 idempotent: bool = False):
     if dialect == "shop_env":
-        return ShopEnvAdapter(client, persona=persona, timeout_s=timeout_s)
+        return ShopEnvAdapter(client, persona=persona, timeout_s=timeout_s, idempotent=idempotent)
     if dialect == "pi-slime":
         return PiSlimeAdapter(client, persona=persona, timeout_s=timeout_s)
     raise ValueError(f"environment.dialect {dialect!r}: use shop_env or pi-slime")

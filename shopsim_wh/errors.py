@@ -15,7 +15,9 @@
     ├── EnvironmentError_             shop environment server problems
     │   ├── EnvProtocolError          server answered something the protocol does not allow
     │   ├── ObservationVersionError   observation_version this client does not know
-    │   └── EnvUnreachable            (also a ServerUnreachable) the environment server refused the connection
+    │   ├── EnvUnreachable            (also a ServerUnreachable) the environment server refused the connection
+    │   └── EnvUnavailable            no usable answer (connection lost, timeout, 429/5xx, garbled body) and
+    │                                 retrying could apply the action twice: the episode fails, re-runs from reset
     ├── ServerUnreachable             a configured server could not be reached (the CLI exits 3)
     ├── IngestError                   a whole input could not be read (record-level problems become rows)
     ├── QueryRefused                  SQL the sandbox does not run (shopsim_wh.sandbox: not one SELECT, files outside)
@@ -107,6 +109,14 @@ class ServerUnreachable(ShopsimError):
 
 class EnvUnreachable(EnvProtocolError, ServerUnreachable):
     pass
+
+
+class EnvUnavailable(EnvironmentError_):
+    """The environment gave no usable answer; ``applied_maybe`` when the request may have been processed."""
+
+    def __init__(self, message: str, applied_maybe: bool = True):
+        self.applied_maybe = applied_maybe
+        super().__init__(message)
 
 
 class IngestError(ShopsimError):

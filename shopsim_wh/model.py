@@ -2,9 +2,13 @@
 
 The client is injected (``httpx.AsyncClient``), so the same code talks to a remote server, a local
 vLLM, or the embedded policy through an ASGI transport. Retries: connection errors, 408, 409, 429
-(honouring ``Retry-After``) and 500/502/503/504, with jittered exponential backoff. 400/401/403/404/422
-are not retried: they raise :class:`ModelHTTPError` saying what to fix. The API key lives only in the
-client's headers, never in a returned value.
+(honouring ``Retry-After``, capped at 30 s), 500/502/503/504 and a 200 whose body is cut short, with
+jittered exponential backoff (``backoff_base_s * 2**attempt``, capped at 30 s, times U(0.5, 1)), at most
+``max_retries`` retries, then :class:`ModelUnavailable`. 400/401/403/404/422 are not retried: they raise
+:class:`ModelHTTPError` saying what to fix (401 names the variable ``model.api_key_env`` points at). A
+chat completion changes nothing on the server, so a retry is always safe (docs/reliability.md). The API
+key lives only in the client's headers, never in a returned value; it is masked out of any server text
+quoted in an error.
 
 A 200 answer is checked against the tool protocol the way ShopSimRL's client does (its order of
 checks matters: the first failing check names the error). A response that breaks it is not an
@@ -96,8 +100,10 @@ class ChatModel:
         backoff_base_s: float = 0.5,
         send_seed: bool = False,
         tool_choice: str = "auto",
+        api_key_env: str | None = None,
     ):
         self.client = client
+        self.api_key_env = api_key_env
         self.model = model
         self.sampling = {"temperature": temperature, "max_tokens": max_tokens}
         if top_p is not None:
@@ -145,17 +151,37 @@ class ChatModel:
                         return _rejected_output({"text": resp.text[:4000]}, latency_ms, "invalid_json_response",
                                                 f"model response is not valid JSON: {exc}")
                     return parse_response(doc, latency_ms, require_tool_call=bool(tools), allowed_tools=allowed)
-                text = resp.text[:500]
+                text = self._mask(resp.text[:500])
                 if resp.status_code not in RETRYABLE:
-                    raise ModelHTTPError(resp.status_code, text, HINTS.get(resp.status_code, "check the model server's logs"))
+                    raise ModelHTTPError(resp.status_code, text, self._hint(resp.status_code))
                 last = f"HTTP {resp.status_code}: {text}"
                 retry_after = resp.headers.get("retry-after")
             if attempt < self.max_retries:
                 await asyncio.sleep(self._delay(attempt, retry_after))
         raise ModelUnavailable(
-            f"model server at {self.client.base_url} failed {self.max_retries + 1} times (last: {last}); "
+            f"model server at {self.client.base_url} failed {self.max_retries + 1} times (last: {self._mask(last)}); "
             "check that it is up, or raise model.max_retries"
         )
+
+    def _hint(self, status: int) -> str:
+        if status == 401:
+            if self.api_key_env:
+                return (f"authentication failed: check that the environment variable {self.api_key_env} "
+                        "(named by model.api_key_env) holds a valid key for this server")
+            if self.client.headers.get("authorization"):
+                return "authentication failed: check the key this client sends (model.api_key_env names its variable)"
+            return ("authentication failed and no key was sent: check the server's auth and set model.api_key_env "
+                    "to the name of the environment variable holding the key")
+        return HINTS.get(status, "check the model server's logs")
+
+    def _mask(self, text: str) -> str:
+        """Server text with the API key masked (some servers quote the key they were sent)."""
+        auth = self.client.headers.get("authorization", "")
+        key = auth.split(" ", 1)[1].strip() if " " in auth else ""
+        if len(key) >= 8:
+            text = text.replace(key, "***")
+            text = text.replace(key[: len(key) // 2], "***")  # quoted cut short, as OpenAI's 'sk-abc...' does
+        return text
 
 
 def _rejected_output(raw: Any, latency_ms: float, code: str, message: str) -> ModelOutput:

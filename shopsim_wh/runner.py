@@ -6,6 +6,10 @@
   ``attempt``), runs episodes with asyncio concurrency and commits finished episodes in group
   commits (whatever finished while the previous commit was being written), so a crash loses at most
   the episodes in flight. A finished run's files are compacted into few large ones.
+* an episode that failed because the environment gave no usable answer (:class:`EnvUnavailable`, or a
+  5xx / 409 of its own) is re-run from reset up to ``EPISODE_RERUNS`` times in the same run; every failed
+  try stays an attempt with its ``failures`` row (docs/reliability.md). A model 401/403/404/400/422 stops
+  the run (the message says what to check).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from . import __version__, crash
 from .committer import SOURCE_FORMAT, Committer
 from .config import EMBEDDED, Config
 from .environment import PRIMARY_REWARD, make_adapter, read_health
-from .errors import ConfigError, FingerprintMismatch, TestSplitGuard, WarehouseFullError
+from .errors import ConfigError, EnvUnavailable, FingerprintMismatch, TestSplitGuard, WarehouseFullError
 from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
 from .model import ChatModel
 from .prompts import PromptBuilder
@@ -35,6 +39,8 @@ from .runtime import ACTION_PROTOCOL, AgentRuntime, EpisodeRecord
 from .schema import to_arrow
 from .skills import SkillProvider, load_skills
 from .warehouse import Warehouse, Writer
+
+EPISODE_RERUNS = 2  # re-runs from reset of an episode the environment failed (infrastructure), per run
 
 
 @dataclass
@@ -179,6 +185,7 @@ class RunResult:
     seconds: float = 0.0
     fatal: str | None = None
     failures: list[str] = field(default_factory=list)
+    reruns: int = 0  # episodes re-run from reset after an environment failure
     committed: int = 0  # episodes this invocation committed and acknowledged in its ledger
     interrupted: str | None = None  # "SIGTERM" / "SIGINT" when a signal stopped the run (see docs/durability.md)
 
@@ -201,6 +208,16 @@ def unreachable_url(cfg: Config, failure: dict) -> str | None:
         return None
     url = cfg.model.base_url if failure.get("stage") == "model" else cfg.environment.url
     return None if url == EMBEDDED else url
+
+
+def infrastructure_failure(rec: EpisodeRecord) -> bool:
+    """True when the attempt failed because the environment gave no usable answer (re-run it from reset)."""
+    from .environment import EnvServerError
+
+    exc = rec.error
+    if rec.completed or exc is None or rec.fatal is not None:
+        return False
+    return isinstance(exc, EnvUnavailable) or (isinstance(exc, EnvServerError) and (exc.status >= 500 or exc.status == 409))
 
 
 def _diff(stored: dict, new: dict) -> dict[str, tuple[Any, Any]]:
@@ -231,7 +248,8 @@ def make_model(cfg: Config, client: httpx.AsyncClient) -> ChatModel:
     m = cfg.model
     return ChatModel(client, m.name, temperature=m.sampling.temperature, top_p=m.sampling.top_p,
                      max_tokens=m.sampling.max_tokens, extra_body=m.extra_body, max_retries=m.max_retries,
-                     backoff_base_s=m.retry_backoff_s, send_seed=m.send_seed, tool_choice=m.tool_choice)
+                     backoff_base_s=m.retry_backoff_s, send_seed=m.send_seed, tool_choice=m.tool_choice,
+                     api_key_env=m.api_key_env)
 
 
 def model_identity(cfg: Config) -> dict:
@@ -295,38 +313,47 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
 
         committer.on_error = abandon
 
+        idempotent = health.get("idempotency_keys") is True
+
         async def one(job: EpisodeJob) -> None:
             async with sem:
-                if stop.is_set():
-                    return
-                env = make_adapter(cfg.environment.dialect, env_client, cfg.environment.persona, cfg.environment.timeout_s)
-                rt = AgentRuntime(model, env, p.prompts, p.skills, cfg.runtime.max_steps, primary)
-                running[0] += 1
-                try:
-                    rec = await rt.run(job)
-                finally:
-                    running[0] -= 1
-                crash.point("runner.episode_finished")
-                committer.add(rec)
-                result.attempted += 1
-                if rec.completed:
-                    result.completed += 1
-                else:
-                    result.failed += 1
-                    if len(result.failures) < 20:
-                        result.failures.append(f"{job.episode_id}: {rec.failure['stage']}: {rec.failure['exception_type']}: "
-                                               f"{rec.failure['message'][:200]}")
-                    url = unreachable_url(cfg, rec.failure)
-                    if url is not None:
-                        result.unreachable.setdefault(url, rec.failure["message"][:300])
-                        if result.completed == 0 and not stop.is_set():  # down from the start: stop, don't retry 80 times
-                            result.fatal = f"no connection to {url}; nothing completed, so the run stopped"
-                            stop.set()
-                if rec.fatal is not None and not stop.is_set():
-                    result.fatal = str(rec.fatal)
-                    stop.set()
-                if progress:
-                    progress(rec)
+                for rerun in range(EPISODE_RERUNS + 1):
+                    if stop.is_set() or not await one_attempt(job) or rerun == EPISODE_RERUNS:
+                        return
+                    result.reruns += 1
+
+        async def one_attempt(job: EpisodeJob) -> bool:
+            """Run one attempt and queue it for commit; True when the environment failed it (re-run it)."""
+            env = make_adapter(cfg.environment.dialect, env_client, cfg.environment.persona, cfg.environment.timeout_s,
+                               idempotent=idempotent)
+            rt = AgentRuntime(model, env, p.prompts, p.skills, cfg.runtime.max_steps, primary)
+            running[0] += 1
+            try:
+                rec = await rt.run(job)
+            finally:
+                running[0] -= 1
+            crash.point("runner.episode_finished")
+            committer.add(rec)
+            result.attempted += 1
+            if rec.completed:
+                result.completed += 1
+            else:
+                result.failed += 1
+                if len(result.failures) < 20:
+                    result.failures.append(f"{job.episode_id}: {rec.failure['stage']}: {rec.failure['exception_type']}: "
+                                           f"{rec.failure['message'][:200]}")
+                url = unreachable_url(cfg, rec.failure)
+                if url is not None:
+                    result.unreachable.setdefault(url, rec.failure["message"][:300])
+                    if result.completed == 0 and not stop.is_set():  # down from the start: stop, don't retry 80 times
+                        result.fatal = f"no connection to {url}; nothing completed, so the run stopped"
+                        stop.set()
+            if rec.fatal is not None and not stop.is_set():
+                result.fatal = str(rec.fatal)
+                stop.set()
+            if progress:
+                progress(rec)
+            return infrastructure_failure(rec)
 
         def on_signal(sig: signal.Signals) -> None:
             if result.interrupted is None:  # first signal: start nothing new, finish and commit what is in flight

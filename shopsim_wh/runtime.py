@@ -65,6 +65,7 @@ class EpisodeRecord:
     skills: list[dict] = field(default_factory=list)
     failure: dict | None = None
     fatal: BaseException | None = None  # a config problem that should stop the whole run
+    error: BaseException | None = field(default=None, repr=False)  # what failed the attempt (not stored)
 
     @property
     def completed(self) -> bool:
@@ -329,6 +330,7 @@ class AgentRuntime:
         self._base_episode(rec, job, reset, counters, started, t0)
         message = str(exc)[:4000]
         rec.episode.update(status="failed", done=False, error_stage=stage, error_type=type(exc).__name__, error_message=message)
+        rec.error = exc
         rec.failure = {"stage": stage, "exception_type": type(exc).__name__, "message": message,
                        "traceback": "".join(traceback.format_exception(exc))[-20000:], "occurred_at": _now()}
         if isinstance(exc, ModelHTTPError):

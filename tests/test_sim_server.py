@@ -67,7 +67,9 @@ def test_healthz_fields():
     h = run(lambda c: c.get("/healthz")).json()
     assert h == {"ready": True, "environment_slots": 20, "free_slots": 20, "tasks": len(TASKS.tasks),
                  "environment_version": shopsim_wh.sim.ENVIRONMENT_VERSION, "primary_reward": "r_strict",
-                 "observation_version": "shopping-observation-v7", "debug_ui": "/debug-ui", "replay_ui": "/replay-ui"}
+                 "observation_version": "shopping-observation-v7", "debug_ui": "/debug-ui", "replay_ui": "/replay-ui",
+                 "idempotency_keys": True}  # the embedded server's extension (docs/reliability.md)
+    assert "idempotency_keys" not in run(lambda c: c.get("/healthz"), create_app(idempotency=False)).json()
 
 
 def test_reset_answer_field_by_field():

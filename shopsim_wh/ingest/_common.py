@@ -89,7 +89,7 @@ def read_jsonl_records(ctx: UnitContext, path: Path, source_file: str) -> tuple[
     """
     out = []
     n = 0
-    with open_binary(path) as f:
+    with ctx.watch(open_binary(path)) as f:
         for line_no, offset, line, terminated in iter_lines(f, ctx.on_bytes if path == ctx.path else None):
             n += 1
             try:
@@ -117,7 +117,7 @@ def read_jsonl_records(ctx: UnitContext, path: Path, source_file: str) -> tuple[
 def read_json_document(ctx: UnitContext, path: Path) -> Iterator[tuple[int | None, object]]:
     """Records of a JSON document: a JSON array (elements, ``line`` = 0-based index), one JSON object,
     or JSONL (one object per line). Yields ``(line_or_index, record)``; errors become rows."""
-    with open_binary(path) as f:
+    with ctx.watch(open_binary(path)) as f:
         data = f.read()
     if ctx.on_bytes:
         ctx.on_bytes(len(data))
@@ -140,7 +140,8 @@ def read_json_document(ctx: UnitContext, path: Path) -> Iterator[tuple[int | Non
     except RecordError as whole:
         first_nl = s.find(b"\n")
         if first_nl < 0 or s[:first_nl].strip().endswith(b"{") or s[:first_nl].strip() in (b"{",):
-            ctx.error(None, lead + (whole.at or 0), whole.error_class, whole.message)
+            cut = whole.error_class == "invalid_json" and ctx.truncation() is not None  # one document, cut short
+            ctx.error(None, lead + (whole.at or 0), "truncated_file" if cut else whole.error_class, whole.message)
             return
     offset = 0
     lines = body.split(b"\n")

@@ -62,16 +62,59 @@ def expand_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return out
 
 
-class _PyArrowReader:
-    """File-like wrapper over a pyarrow input stream (zstd)."""
+class _Tolerant:
+    """A decompressing reader that stops at the end of a cut-short stream instead of raising.
 
-    def __init__(self, path: Path):
-        self._s = pa.input_stream(str(path), compression="zstd")
+    ``truncated`` is then the decompressor's complaint; everything decodable before the cut is returned
+    (pyarrow's zstd stream drops the block it was decoding when it hits the end, so that tail is re-read in
+    ever smaller pieces: a few extra passes, only for a broken file)."""
+
+    def __init__(self, path: Path, kind: str):
+        self.path, self.kind = path, kind
+        self.truncated: str | None = None
+        self.pos = 0
+        self._s = self._open()
+
+    def _open(self):
+        if self.kind == "gzip":
+            return gzip.open(self.path, "rb")
+        return pa.input_stream(str(self.path), compression="zstd")
 
     def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            return self._s.read()
-        return self._s.read(n)
+        if self.truncated is not None:
+            return b""
+        if self.kind == "gzip":  # read1 pieces: GzipFile.read(n) drops what it decoded when the stream ends early
+            parts, want = [], READ_BLOCK if n is None or n < 0 else n
+            try:
+                while want > 0 and (piece := self._s.read1(want)):
+                    parts.append(piece)
+                    want -= len(piece) if n is not None and n >= 0 else 0
+            except (EOFError, OSError) as e:
+                self.truncated = f"{type(e).__name__}: {e}"
+            b = b"".join(parts)
+        else:
+            try:
+                b = self._s.read() if n is None or n < 0 else self._s.read(n)
+            except OSError as e:
+                self.truncated = f"{type(e).__name__}: {e}"
+                b = self._salvage()
+        self.pos += len(b)
+        return b
+
+    def _salvage(self) -> bytes:
+        out = b""
+        for chunk in (4096, 64, 1):
+            s = self._open()
+            try:
+                if self.pos + len(out):
+                    s.read(self.pos + len(out))
+                while b := s.read(chunk):
+                    out += b
+            except (OSError, EOFError):
+                pass
+            finally:
+                s.close()
+        return out
 
     def close(self) -> None:
         self._s.close()
@@ -84,12 +127,21 @@ class _PyArrowReader:
 
 
 def open_binary(path: Path):
+    """The decompressed bytes of ``path``; a cut-short ``.gz`` / ``.zst`` reads to its cut and sets ``.truncated``."""
     name = path.name.lower()
     if name.endswith(".gz"):
-        return gzip.open(path, "rb")
+        return _Tolerant(path, "gzip")
     if name.endswith((".zst", ".zstd")):
-        return _PyArrowReader(path)
+        return _Tolerant(path, "zstd")
     return open(path, "rb", buffering=0)
+
+
+def truncation(stream) -> str | None:
+    """The complaint of a compressed input that ended early (None when it is whole or not compressed)."""
+    t = getattr(stream, "truncated", None)
+    return None if t is None else (
+        f"the compressed input ends early ({t}), it was cut short: the records before the cut are kept; "
+        "copy or download the file again to get the rest")
 
 
 def read_head(path: Path, n: int = 65536) -> bytes:

@@ -119,10 +119,30 @@ class UnitContext:
     converted: int = 0
     held: list = field(default_factory=list)  # content batches held back until the unit has a valid record
     streaming: bool = False  # content has been handed to the commit (the unit lands, whatever follows)
+    streams: list = field(default_factory=list)  # opened inputs (a cut-short .gz / .zst says so)
+    truncation_reported: bool = False
+
+    def watch(self, stream):
+        """Remember an opened input: if it was cut short, its torn last record (or, when the cut fell between
+        records, one extra row at the end) is reported as ``truncated_file``, not ``torn_line``."""
+        self.streams.append(stream)
+        return stream
+
+    def truncation(self) -> tuple[int, str] | None:
+        from ._io import truncation
+
+        for st in self.streams:
+            if (msg := truncation(st)) is not None:
+                return st.pos, msg
+        return None
 
     def error(self, line: int | None, offset: int | None, error_class: str, message: str,
               source_file: str | None = None, rejected: bool = True) -> None:
         """One ingest_errors row; ``rejected=False`` for notes on records that still landed (BOM)."""
+        if error_class in ("torn_line", "truncated_file", "empty_file") and (cut := self.truncation()) is not None:
+            if self.truncation_reported:
+                return
+            error_class, message, self.truncation_reported = "truncated_file", cut[1], True
         self.sink.add("ingest_errors", {
             "source_file": source_file or self.source_file, "line": line, "byte_offset": offset,
             "error_class": error_class, "message": cap(message),
@@ -425,6 +445,8 @@ def _unit_batches(ctx: UnitContext, reader, hasher: _Hasher, decide, started: da
         if (run_id := decide(sha)) is None:
             raise _AlreadyIngested
         ctx.run_id = run_id
+    if not ctx.truncation_reported and (cut := ctx.truncation()) is not None:  # the cut fell between records
+        ctx.error(None, cut[0], "truncated_file", cut[1])
     yield from _finish_unit(ctx, reader, sha, started)
 
 

@@ -117,7 +117,7 @@ def _new_state(ctx: UnitContext) -> _State:
 def read_serial(ctx: UnitContext):
     st = _new_state(ctx)
     _sidecars(ctx)
-    with open_binary(ctx.path) as f:
+    with ctx.watch(open_binary(ctx.path)) as f:
         if base_suffix(ctx.path) == ".json":  # slime: one (indented) record per file
             data = f.read()
             if ctx.on_bytes:

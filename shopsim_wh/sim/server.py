@@ -6,7 +6,13 @@ Routes (docs/sim_protocol.md has every field):
   ``release_all``, answered ``{"result": {...}}``; errors ``{"result": {"error": "..."}}`` with 400 / 409 / 500.
   A body carrying ``rollout_session_id`` speaks the pi-slime single-endpoint dialect instead (``reset`` /
   ``interact`` / ``release_one`` / ``status``; ``instruction`` text, ``over``, loose reward).
-- ``GET /healthz``: the real health answer; ``GET /v1/stats``: the embedded server's own counters.
+- ``GET /healthz``: the real health answer (plus ``idempotency_keys: true``); ``GET /v1/stats``: the embedded
+  server's own counters.
+
+Idempotency keys (the embedded server's extension; the real one has none): a ``shop_env`` request carrying a
+``request_id`` string is answered once; a repeat of the same ``request_id`` (a client retrying a request whose
+answer it lost) gets the first answer again, from a cache of the last ``REPLY_CACHE`` keys, without applying
+the action a second time (counted in ``/v1/stats`` as ``replays``).
 - ``GET /v1/models``, ``POST /v1/chat/completions``: the scripted OpenAI-compatible policy.
 
 Slots are leased as on the real server: ``reset`` takes the lowest free slot or waits (an asyncio wait, no
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +40,7 @@ from shopsim_wh.sim.tasks import generate_tasks, persona_profile
 
 MAX_BODY = 16 * 1024 * 1024
 DEFAULT_SLOTS = 20
+REPLY_CACHE = 4096  # idempotency keys remembered (a retry comes within seconds of its first try)
 
 
 class LeaseMismatch(Exception):
@@ -123,17 +130,19 @@ class SimApp:
     """The ASGI callable returned by :func:`create_app`."""
 
     def __init__(self, seed: int = 0, capacity: int = DEFAULT_SLOTS, policy: PolicyConfig | None = None,
-                 show_attrs: bool = False) -> None:
+                 show_attrs: bool = False, idempotency: bool = True) -> None:
         if capacity < 1:
             raise ValueError("capacity (environment slots) must be at least 1")
         self.seed, self.capacity, self.show_attrs = seed, capacity, show_attrs
+        self.idempotency = idempotency
+        self.replies: OrderedDict[str, asyncio.Future] = OrderedDict()
         self.policy = policy if policy is not None else PolicyConfig()
         self.tasks = generate_tasks(seed)
         self.pool = SlotPool(capacity)
         self.slots = [Slot() for _ in range(capacity)]
         self.counters = dict.fromkeys(
             ("requests", "resets", "resets_waited", "interacts", "invalid_actions", "terminations", "releases",
-             "episodes_done", "chat_completions"), 0)
+             "episodes_done", "chat_completions", "replays"), 0)
 
     # ------------------------------------------------------------------------------------------ ASGI
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -189,7 +198,7 @@ class SimApp:
                 return 200, {"result": {"error": "No JSON data provided"}}
             if "rollout_session_id" in body:
                 return await self._slime(body)
-            return await self._shop_env(body)
+            return await self._shop_env_once(body)
         if route == "/healthz" and method == "GET":
             return 200, self.health()
         if route == "/v1/stats" and method == "GET":
@@ -200,15 +209,39 @@ class SimApp:
         return 404, {"error": f"no route for {method} {path}; the shop is POST /api/shop_agent, health GET /healthz"}
 
     def health(self) -> dict:
-        return {"ready": True, "environment_slots": self.capacity, "free_slots": len(self.pool.free),
-                "tasks": len(self.tasks.tasks), "environment_version": ENVIRONMENT_VERSION,
-                "primary_reward": PRIMARY_REWARD, "observation_version": OBSERVATION_VERSION,
-                "debug_ui": "/debug-ui", "replay_ui": "/replay-ui"}
+        out = {"ready": True, "environment_slots": self.capacity, "free_slots": len(self.pool.free),
+               "tasks": len(self.tasks.tasks), "environment_version": ENVIRONMENT_VERSION,
+               "primary_reward": PRIMARY_REWARD, "observation_version": OBSERVATION_VERSION,
+               "debug_ui": "/debug-ui", "replay_ui": "/replay-ui"}
+        if self.idempotency:
+            out["idempotency_keys"] = True
+        return out
 
     # ------------------------------------------------------------------------------------------ shop_env
     @staticmethod
     def _err(status: int, message: str) -> tuple[int, dict]:
         return status, {"result": {"error": message}}
+
+    async def _shop_env_once(self, body: dict) -> tuple[int, dict]:
+        """``_shop_env`` with idempotency keys: a repeated ``request_id`` gets its first answer, not applied again."""
+        key = body.get("request_id")
+        if not self.idempotency or not isinstance(key, str) or not key:
+            return await self._shop_env(body)
+        first = self.replies.get(key)
+        if first is not None:
+            self.counters["replays"] += 1
+            return await asyncio.shield(first)  # also while the first is still being answered
+        first = self.replies[key] = asyncio.get_running_loop().create_future()
+        while len(self.replies) > REPLY_CACHE:
+            self.replies.popitem(last=False)
+        try:
+            answer = await self._shop_env(body)
+        except BaseException:  # cancelled (the client left a waiting reset): nothing was applied, forget the key
+            self.replies.pop(key, None)
+            first.cancel()
+            raise
+        first.set_result(answer)
+        return answer
 
     async def _shop_env(self, body: dict) -> tuple[int, dict]:
         action, env_idx, lease_id = body.get("action"), body.get("env_idx"), body.get("lease_id")
@@ -421,13 +454,15 @@ class SimApp:
 
 
 def create_app(seed: int = 0, capacity: int = DEFAULT_SLOTS, policy: PolicyConfig | None = None,
-               show_attrs: bool = False) -> SimApp:
+               show_attrs: bool = False, idempotency: bool = True) -> SimApp:
     """Build the ASGI app: ``shop_env`` + pi-slime shop dialects and the scripted policy, one seed's tasks.
 
     ``capacity`` is the number of environment slots (the real server's ``SHOPSIM_ENV_SLOTS``, 20 by default);
-    ``show_attrs`` offers the ``attributes`` subpage on product pages (off by default, as on the real server).
+    ``show_attrs`` offers the ``attributes`` subpage on product pages (off by default, as on the real server);
+    ``idempotency=False`` makes it forget ``request_id`` and drop ``idempotency_keys`` from ``/healthz``, as the
+    real server (fault tests use it to stand for one).
     """
-    return SimApp(seed=seed, capacity=capacity, policy=policy, show_attrs=show_attrs)
+    return SimApp(seed=seed, capacity=capacity, policy=policy, show_attrs=show_attrs, idempotency=idempotency)
 
 
 def serve(host: str = "127.0.0.1", port: int = 8765, seed: int = 0, **kw: Any) -> None:
