@@ -196,7 +196,7 @@ def test_401_stops_the_run_naming_the_variable_and_the_key_leaks_nowhere(tmp_pat
         env = {**os.environ, "SHOPSIM_CANARY_KEY": key, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
         p = subprocess.run([sys.executable, "-m", "shopsim_wh.cli.main", "run", str(cfg_path)], env=env,
                            capture_output=True, text=True, timeout=60)
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == 2, p.stderr  # a run stopped by its configuration (a bad key): exit 2, docs/cli.md
     assert "SHOPSIM_CANARY_KEY" in p.stderr and "run stopped early" in p.stderr
     assert proxy.injected["401"] <= 2  # stopped: the other episodes never started
     con = connect(tmp_path / "wh")
