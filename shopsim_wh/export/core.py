@@ -25,6 +25,9 @@ EXPORTER_VERSION = f"shopsim-wh-export-1 ({__version__})"
 DEFAULT_SHARD_ROWS = 100_000
 BATCH_ROWS = 8192
 FORMATS = ("parquet", "jsonl")
+# Building blocks every kind reads, computed once per export into TEMP tables that shadow the views (linear in the
+# warehouse: one row per message / episode / step; DuckDB spills them to disk past its memory limit).
+MATERIALIZED = ("export_episodes", "export_messages", "export_step_tools")
 
 
 @dataclass
@@ -50,7 +53,8 @@ def _open(warehouse):
     from ..db import SMALL_TABLE_BYTES, install_views
     from ..warehouse import Warehouse
 
-    if isinstance(warehouse, duckdb.DuckDBPyConnection):
+    if isinstance(warehouse, duckdb.DuckDBPyConnection):  # an open connection: its snapshot is not known here
+        warehouse.execute("SET enable_progress_bar = false")
         return warehouse, None, None
     if not Path(warehouse).is_dir():
         raise ExportError(f"no warehouse at {warehouse}; point --warehouse at one built by `run` or `ingest`")
@@ -58,6 +62,7 @@ def _open(warehouse):
     snap = wh.snapshot()
     con = duckdb.connect()
     con.execute("SET parquet_metadata_cache = true")
+    con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
     install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
     return con, snap.version, str(Path(warehouse).resolve())
 
@@ -114,6 +119,26 @@ def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, expe
     bind_params(con, params)
     selected = select_runs(con, runs, experiment, allow_test)
     expr, is_default = where_clause(con, spec, where)
+    shadows = _materialize(con, MATERIALIZED + tuple(v for v in spec.materialize if v not in MATERIALIZED))
+    try:
+        return _run(con, spec, out, format, shard_rows, expr, is_default, params, selected, runs, experiment,
+                    snapshot, root, progress, t0)
+    finally:
+        for name in shadows:
+            con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
+        con.execute("SET arrow_lossless_conversion = false")
+
+
+def _materialize(con, names: Sequence[str]) -> list[str]:
+    done = []
+    for name in names:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM main.{name}")
+        done.append(name)
+    return done
+
+
+def _run(con, spec, out, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot, root,
+         progress, t0) -> ExportResult:
     filt = f"WHERE ({expr})" if expr else ""
     try:
         total = con.execute(f"SELECT count(*) FROM {spec.view} {filt}").fetchone()[0]
@@ -123,11 +148,15 @@ def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, expe
     n_shards = max(1, math.ceil(total / shard_rows))
     described = con.execute(f"DESCRIBE SELECT * FROM {spec.view}").fetchall()
     columns = [r[0] for r in described]
-    json_columns = {r[0] for r in described if r[1] in ("JSON", "JSON[]", "JSON[][]")}
+    opaque = [f"{r[0]} ({r[1]})" for r in described if r[1] in ("HUGEINT", "UHUGEINT", "UUID")]
+    if opaque:
+        raise ExportError(f"kind {spec.name} has column(s) {', '.join(opaque)} Arrow cannot carry plainly; "
+                          f"cast them (e.g. CAST(sum(x) AS BIGINT)) in {spec.path}")
     missing = {"sample_id", "run_id", "episode_id", "task_id"} - set(columns)
     if missing:
         raise ExportError(f"kind {spec.name} ({spec.path}) lacks the lineage column(s) {sorted(missing)}; add them to its view")
     out.mkdir(parents=True, exist_ok=True)
+    con.execute("SET arrow_lossless_conversion = true")  # JSON leaves as arrow.json -> Parquet JSON logical type
     reader = con.sql(build_query(spec, expr, n_shards, format, columns)).to_arrow_reader(BATCH_ROWS)
     done = 0
 
@@ -138,8 +167,7 @@ def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, expe
             progress(done, total)
 
     try:
-        stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None,
-                             json_columns, tick)
+        stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
     except BaseException:
         for tmp in out.glob(".tmp-*"):
             tmp.unlink()

@@ -90,24 +90,23 @@ class _JsonlSink:
         self.f.close()
 
 
-def _json_type(t: pa.DataType) -> pa.DataType:
-    """A DuckDB JSON column arrives as string (JSON[] as list<string>): the same shape with Arrow's canonical
-    JSON extension type, which pyarrow writes as Parquet's JSON logical type."""
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(_json_type(t.value_type))
-    return pa.json_()
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """DuckDB's lossless Arrow export gives JSON as Arrow's canonical `arrow.json` extension (pyarrow writes it as
+    Parquet's JSON logical type: kept) and BOOLEAN as `arrow.bool8` (written back as plain bool)."""
+    if getattr(t, "extension_name", None) == "arrow.bool8":
+        return pa.bool_()
+    return t
 
 
 def write_shards(reader: pa.RecordBatchReader, out: Path, n_shards: int, fmt: str, line_column: str | None,
-                 json_columns: set[str], progress: Callable[[int], None] | None = None) -> WriteStats:
+                 progress: Callable[[int], None] | None = None) -> WriteStats:
     """Consume ``reader`` (ordered by shard, then sample_id) into ``n_shards`` files under ``out`` (temporary
-    ``.tmp-`` names; the caller renames them with :func:`publish`). Every shard gets a file, empty or not.
-    ``json_columns`` are written with the JSON logical type."""
+    ``.tmp-`` names; the caller renames them with :func:`publish`). Every shard gets a file, empty or not."""
     stats = WriteStats()
     drop = {SHARD, DUP} | ({line_column} if line_column else set())
     names = [n for n in reader.schema.names if n not in drop]
     fields = [reader.schema.field(n) for n in names]
-    schema = pa.schema([f.with_type(_json_type(f.type)) if f.name in json_columns else f for f in fields])
+    schema = pa.schema([f.with_type(_plain_type(f.type)) for f in fields])
     sinks: dict[int, object] = {}
     files = [ShardStats(shard_name(i, n_shards, fmt)) for i in range(n_shards)]
 
@@ -151,7 +150,7 @@ def write_shards(reader: pa.RecordBatchReader, out: Path, n_shards: int, fmt: st
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [batch.column(f.name).cast(f.type) if batch.schema.field(f.name).type != f.type else batch.column(f.name)
+        [batch.column(f.name).storage.cast(f.type) if batch.schema.field(f.name).type != f.type else batch.column(f.name)
          for f in schema], schema=schema)
 
 

@@ -13,7 +13,8 @@
 --                      every tool call (function.arguments an object); observation JSON[] what answered it
 --                      (tool / user messages of the turn, empty for the last); tools JSON[] the offered schemas
 --   prompt_tokens, completion_tokens, est_tokens (= their sum)
---   action_type, tool_name (first call), n_calls, spawned_agent_id (the sub-agent a delegate call started)
+--   action_type, tool_name (first call), n_calls, n_delegations (calls that started a sub-agent),
+--   spawned_agent_id (the sub-agent the first call started)
 --   is_last_turn       the agent's last turn; protocol_error, policy_failure as in `steps`
 --   outcome facts of export_episodes: status, reward, r_success, r_strict, success, import_fidelity,
 --   source_format, split, experiment, task_id
@@ -88,6 +89,7 @@ calls AS (
     SELECT
         a.run_id, a.episode_id, a.agent_id, a.step_idx,
         count(*) AS n_calls,
+        count(*) FILTER (WHERE a.action_type = 'delegate') AS n_delegations,
         arg_min(a.action_type, a.call_idx) AS action_type,
         arg_min(a.tool_name, a.call_idx) AS tool_name,
         arg_min(a.call_id, a.call_idx) AS first_call_id,
@@ -128,6 +130,7 @@ final AS (
         k.action_type,
         k.tool_name,
         coalesce(k.n_calls, 0) AS n_calls,
+        coalesce(k.n_delegations, 0) AS n_delegations,
         sub.agent_id AS spawned_agent_id,
         d.protocol_error,
         d.policy_failure,

@@ -11,6 +11,9 @@
 -- OpenAI-messages), split into turns by steps.prompt_msg_count; otherwise rendered from the IR as ir_render
 -- does, with the task as the prefix (episode instruction for `main`, the delegating call's arguments for a
 -- sub-agent).
+-- Roles: the four chat templates know. OpenAI's 'developer' (the newer name of 'system') is written as 'system';
+-- any other role a source recorded (agent_multi_turn's 'observation' runtime notes) as 'user', where the model
+-- read it.
 -- Privacy: reasoning_content only when getvariable('export_include_reasoning'); the persona section of a
 -- system prompt (export_strip_persona) only when getvariable('export_include_persona').
 -- DuckDB-specific: getvariable, macros of 00_export_macros.sql.
@@ -149,7 +152,9 @@ final AS (
     SELECT
         run_id, episode_id, agent_id, ord, part, from_step, role,
         export_message(
-            role,
+            CASE WHEN role = 'developer' THEN 'system'
+                 WHEN role IN ('system', 'user', 'assistant', 'tool') THEN role
+                 ELSE 'user' END,
             CASE
                 WHEN coalesce(getvariable('export_include_persona'), false) OR content NOT LIKE '%用户个人文档：%'
                     THEN content

@@ -1,0 +1,48 @@
+-- export: sft-trajectory
+-- grain: one row per agent trajectory (main agents and sub-agents are separate rows)
+-- trl: conversational language modeling (messages + tools; train with assistant-only loss)
+-- sample: messages, tools
+-- filters: status, reward, r_success, r_strict, success, import_fidelity, source_format, agent_role, depth, est_tokens, n_turns, split, experiment, task_id
+-- default-where: status = 'completed' AND success
+-- params: export_include_reasoning, export_include_persona
+-- description: the whole conversation of one agent (global prefix and every turn, as the model saw it) with the union of the tools it was offered
+-- Messages come from export_messages in order; tools are every schema offered to the agent (by name).
+-- DuckDB-specific: JSON[] columns.
+CREATE OR REPLACE VIEW export_sft_trajectory AS
+WITH conv AS (
+    SELECT run_id, episode_id, agent_id, list(message ORDER BY ord) AS messages, sum(est_tokens) AS est_tokens,
+           count(DISTINCT from_step) AS n_turns
+    FROM export_messages
+    GROUP BY run_id, episode_id, agent_id
+),
+
+agent_tools AS (
+    SELECT
+        run_id, episode_id, agent_id,
+        list(json_object('type', 'function', 'function', json_object(
+            'name', name, 'description', description, 'parameters', json(parameters))) ORDER BY name, schema_hash) AS tools
+    FROM tools
+    WHERE run_id IN (SELECT run_id FROM export_scope)
+    GROUP BY run_id, episode_id, agent_id
+),
+
+agent AS (
+    SELECT
+        s.run_id, s.episode_id, s.agent_id,
+        coalesce(g.agent_role, CASE WHEN s.agent_id = 'main' THEN 'main' ELSE 'unknown' END) AS agent_role,
+        coalesce(g.depth, CASE WHEN s.agent_id = 'main' THEN 0 ELSE 1 END) AS depth
+    FROM (SELECT DISTINCT run_id, episode_id, agent_id FROM export_messages) AS s
+    LEFT JOIN agents AS g ON g.run_id = s.run_id AND g.episode_id = s.episode_id AND g.agent_id = s.agent_id
+)
+
+SELECT
+    md5(c.run_id || '/' || c.episode_id || '/' || c.agent_id || ':sft-trajectory') AS sample_id,
+    c.messages,
+    coalesce(t.tools, CAST([] AS JSON[])) AS tools,
+    c.run_id, c.episode_id, e.task_id, c.agent_id, a.agent_role, a.depth,
+    e.status, e.reward, e.r_success, e.r_strict, e.success, e.import_fidelity, e.source_format, e.split, e.experiment,
+    CAST(c.est_tokens AS BIGINT) AS est_tokens, c.n_turns
+FROM conv AS c
+JOIN export_episodes AS e ON e.run_id = c.run_id AND e.episode_id = c.episode_id
+JOIN agent AS a ON a.run_id = c.run_id AND a.episode_id = c.episode_id AND a.agent_id = c.agent_id
+LEFT JOIN agent_tools AS t ON t.run_id = c.run_id AND t.episode_id = c.episode_id AND t.agent_id = c.agent_id;

@@ -1,0 +1,99 @@
+"""One small warehouse shared by the export tests (session scope): runner episodes with planted privacy canaries
+plus ingested real traces (Claude Code with sub-agents and a summary, agent_multi_turn, OpenAI messages from
+tau-bench, ATIF) and ShopSimRL v4 records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shopsim_wh import runner
+from shopsim_wh.config import load_config
+from shopsim_wh.ingest import ingest
+from shopsim_wh.ingest.synth_v4 import line, record
+from shopsim_wh.sim.server import create_app
+
+from .conftest import serve_asgi
+from .helpers import Tap, write_config
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+REAL = FIX / "third_party"  # byte-exact copies; licences in SOURCES.md
+PERSONA_CANARY = "persona-canary-5b1e"
+REASONING_CANARY = "reasoning-canary-77c2"
+SOURCES = ("shopsim-wh-runner", "shopsimrl-v4", "claude-code", "agent-multi-turn", "openai-messages", "atif")
+
+
+def _plant(path: str, doc):
+    """The environment's reset answer gets a persona holding a canary; every model answer a reasoning canary."""
+    result = doc.get("result") if isinstance(doc, dict) else None
+    if isinstance(result, dict) and "task_instruction" in result:
+        result["user_persona"] = {"note": PERSONA_CANARY}
+    if path.endswith("/chat/completions") and isinstance(doc, dict):
+        for choice in doc.get("choices", []):
+            msg = choice.get("message") or {}
+            msg["reasoning_content"] = REASONING_CANARY + " " + (msg.get("reasoning_content") or "")
+    return doc
+
+
+def build(root: Path, tmp: Path) -> dict:
+    sim = Tap(create_app(seed=0), rewrite=_plant)
+    with serve_asgi(sim) as url:
+        cfg = load_config(write_config(tmp / "c.yaml", tasks={"split": "train", "sample_size": 3},
+                                       model={"base_url": url + "/v1", "extra_body": {"scripted_policy": {
+                                           "failure_rates": {"no_tool_call": 0.2}}}},
+                                       environment={"url": url}))
+        runner.run(cfg, str(root))
+    # tau-bench: three real runs plus an exact copy of the first under another trial number (a duplicate source)
+    runs = json.loads((REAL / "tau_bench" / "gpt-4o-airline.json").read_text())[:3]
+    tau = tmp / "tau3.json"
+    tau.write_text(json.dumps(runs + [{**runs[0], "trial": 99}]))
+    v4 = tmp / "v4.jsonl"
+    v4.write_bytes(b"".join(line(record(2000 + i, steps=3, obs_words=20, think_words=8)) for i in range(2)))
+    ingest([FIX / "ingest" / "agent_multi_turn", FIX / "ingest" / "claude_code", REAL / "claude_code_session-share",
+            REAL / "claude_code_cclogviewer", REAL / "atif_login-trace", v4], root, parallel=False)
+    ingest([tau], root, format="openai-messages", parallel=False)
+    from shopsim_wh.db import connect
+    from shopsim_wh.sim.tasks import generate_tasks
+
+    con = connect(root)
+    task_ids = [r[0] for r in con.execute("SELECT task_id FROM episodes WHERE source_format = 'shopsim-wh-runner'").fetchall()]
+    con.close()
+    goals = {generate_tasks(0).by_id[t].goal.goal_signature for t in task_ids}
+    return {"root": root, "goals": goals, "duplicate_of": (f"task-{runs[0]['task_id']}__trial-{runs[0]['trial']}",
+                                                          f"task-{runs[0]['task_id']}__trial-99")}
+
+
+# Test modules register these fixtures by importing them (`_wh = export_fixtures.export_wh`); pytest then holds one
+# definition per module, so the values are cached here to build the warehouse once per session.
+_CACHE: dict = {}
+
+
+@pytest.fixture(scope="session", name="export_wh")
+def export_wh(tmp_path_factory) -> dict:
+    if "wh" not in _CACHE:
+        tmp = tmp_path_factory.mktemp("export_wh")
+        _CACHE["wh"] = build(tmp / "wh", tmp)
+    return _CACHE["wh"]
+
+
+@pytest.fixture(scope="session", name="export_con")
+def export_con(export_wh):
+    from shopsim_wh.db import connect
+
+    if "con" not in _CACHE:
+        _CACHE["con"] = connect(export_wh["root"])
+    return _CACHE["con"]
+
+
+@pytest.fixture(scope="session", name="every_kind")
+def every_kind(export_con, tmp_path_factory) -> dict:
+    """Each kind exported once over everything (where = true) with the default privacy flags: {kind: (result, dir)}."""
+    from shopsim_wh.export import export, list_kinds
+
+    if "kinds" not in _CACHE:
+        base = tmp_path_factory.mktemp("kinds")
+        _CACHE["kinds"] = {k.name: (export(k.name, export_con, base / k.name, where="true"), base / k.name)
+                           for k in list_kinds()}
+    return _CACHE["kinds"]
