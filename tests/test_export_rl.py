@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import datasets
@@ -21,6 +21,8 @@ from shopsim_wh.export import export
 
 from .export_rl_support import RUNS, rl_warehouse
 from .test_analytics_support import final_rows
+from .test_export_templates import _check_results, _common_prefix, _header, _render
+from .test_export_templates import tokenizers as tokenizers  # the fixture: one tokenizer per chat template
 
 GAMMA = 0.9
 KINDS = ("preference", "kto", "prm", "offline-rl")
@@ -303,3 +305,50 @@ def test_default_exports_hold_no_persona_reasoning_or_goal(wh, exported):
             assert "用户个人文档：\n" not in text and not any(p in text for p in personas), (kind, f)
             assert not any(r in text for r in reasoning) and "reasoning_content" not in text, (kind, f)
             assert "wrong_product" not in text and "right_product" not in text, (kind, f)
+
+
+def _loaded(exported, kind: str):
+    out = exported[kind][0]
+    return datasets.load_dataset("parquet", data_files=[str(f) for f in sorted(out.glob("*.parquet"))], split="train")
+
+
+def _check_render(tok, template: str, prompt: list, continuation: list, tools: list) -> bool:
+    """Render prompt + continuation; every call of the continuation appears in the part after the prompt as a
+    JSON object (never JSON text quoted again), every tool result as often as the conversation holds it."""
+    conversation = prompt + continuation
+    if template == "gptoss" and any(len(m.get("tool_calls") or []) > 1 for m in conversation):
+        return False  # gpt-oss's format carries one call per assistant message
+    full = _render(tok, conversation, tools)
+    _check_results(full, conversation, template)
+    scope = full[_common_prefix(full, _render(tok, prompt, tools)):]
+    calls = [c for m in continuation for c in m.get("tool_calls") or []]
+    for call in calls:
+        fn = call["function"]
+        assert isinstance(fn["arguments"], dict), fn
+        same = sum(1 for c in calls if c["function"] == fn)
+        assert scope.count(_header(template, fn["name"])) >= same, (template, fn["name"])
+        if fn["arguments"]:
+            args = json.dumps(fn["arguments"], ensure_ascii=False)
+            assert scope.count(args) == same, (template, args[:200])
+            assert json.dumps(args, ensure_ascii=False) not in scope
+    return True
+
+
+def test_preference_and_prm_rows_render_through_the_chat_templates(exported, tokenizers):
+    rendered = Counter()
+    pref = _loaded(exported, "preference")
+    picked = [next(r for r in pref if r["level"] == level and r["source_format"] == src)
+              for level, src in (("step", "shopsim-wh-runner"), ("trajectory", "shopsim-wh-runner"),
+                                 ("trajectory", "openai-messages"))]
+    prm = _loaded(exported, "prm")
+    picked_prm = [next(r for r in prm if r["source_format"] == src) for src in ("shopsim-wh-runner", "openai-messages")]
+    for template, tok in tokenizers.items():
+        for row in picked:
+            for side in ("chosen", "rejected"):
+                rendered[("preference", row["level"], template)] += _check_render(
+                    tok, template, row["prompt"], row[side], row["tools"])
+        for row in picked_prm:
+            steps = [m for step in row["completions"] for m in step]
+            rendered[("prm", template)] += _check_render(tok, template, row["prompt"], steps, row["tools"])
+    assert all(rendered[("preference", level, t)] > 0 for level in ("step", "trajectory") for t in tokenizers)
+    assert all(rendered[("prm", t)] > 0 for t in tokenizers)

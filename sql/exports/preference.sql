@@ -130,7 +130,7 @@ conversations AS MATERIALIZED (
         m.run_id, m.episode_id,
         list(m.message ORDER BY m.ord) FILTER (WHERE m.part = 'prefix') AS prefix,
         list(m.message ORDER BY m.ord) FILTER (WHERE m.part = 'history') AS turns,
-        sum(m.est_tokens) AS est_tokens
+        CAST(sum(m.est_tokens) AS BIGINT) AS est_tokens
     FROM export_messages AS m
     SEMI JOIN trajectory_runs AS t ON t.run_id = m.run_id AND t.episode_id = m.episode_id
     WHERE m.agent_id = 'main'

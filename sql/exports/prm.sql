@@ -71,7 +71,7 @@ final AS (
         any_value(import_fidelity) AS import_fidelity,
         any_value(source_format) AS source_format,
         any_value(split) AS split,
-        arg_min(est_tokens, step_idx) + sum(completion_tokens) AS est_tokens
+        CAST(arg_min(est_tokens, step_idx) + sum(completion_tokens) AS BIGINT) AS est_tokens
     FROM steps_labelled
     GROUP BY run_id, episode_id, task_id, agent_id, agent_role
 )
