@@ -70,7 +70,7 @@ def load_teacher(path: str | os.PathLike) -> TeacherConfig:
         cfg = TeacherConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"{path}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}; "
-                          "see docs/export.md (synth-reasoning) for the keys") from None
+                          "see docs/export_rl.md (synthetic reasoning) for the keys") from None
     if cfg.dotenv and not Path(cfg.dotenv).is_absolute():
         cfg.dotenv = str(path.resolve().parent / cfg.dotenv)
     return cfg

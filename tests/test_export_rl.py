@@ -2,7 +2,7 @@
 
 The warehouse is tests/export_rl_support.py's (runner runs with shared states + the real traces). The Python
 side reads the Parquet files directly (tests/test_analytics_support.py) and rebuilds states from the recorded
-`messages`, the way docs/export.md defines them.
+`messages`, the way docs/export_rl.md defines them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 -- export_rl_states: state and action identity of every decision, with Monte-Carlo values, for the preference,
--- prm, kto and offline-rl kinds (docs/export.md, "Rules of the RL kinds").
+-- prm, kto and offline-rl kinds (docs/export_rl.md).
 -- grain: one row per decision (model turn) of any agent in export_scope. key: (run_id, episode_id, agent_id, step_idx)
 -- Columns
 --   t, n_turns     0-based position of the decision among the agent's turns, and their number

@@ -6,7 +6,7 @@
 -- description: unpaired preference (KTO): each decision labelled desirable iff its episode succeeded and no step-scope error label fired at it
 -- params: export_window, export_max_tokens
 --
--- Labelling rule (docs/export.md, "Rules of the RL kinds"):
+-- Labelling rule (docs/export_rl.md):
 --   label = false, label_source = 'rule:<code>'  when the error taxonomy put a step-scope label on this decision
 --                (protocol_*, invalid_action, repeated_action_loop, search_churn, repeated_identical_call,
 --                tool_error, edit_without_read, subagent_failure; the lowest-precedence code is named);
