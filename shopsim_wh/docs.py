@@ -68,7 +68,13 @@ def cli_md() -> str:
     return "\n".join(out)
 
 
-GENERATED = {"schema.md": schema_md, "config.md": config_md, "cli.md": cli_md}
+def export_md() -> str:
+    from .export.describe import export_doc
+
+    return export_doc()
+
+
+GENERATED = {"schema.md": schema_md, "config.md": config_md, "cli.md": cli_md, "export.md": export_md}
 
 
 def main() -> None:

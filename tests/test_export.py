@@ -213,7 +213,45 @@ def test_test_split_is_refused_without_allow_test(tmp_path):
     f = tmp_path / "test.jsonl"
     f.write_bytes(b"".join(line(record(3000 + i, steps=2, obs_words=10, think_words=4, split="test")) for i in range(2)))
     ingest([f], tmp_path / "wh", parallel=False)
+    from shopsim_wh.db import connect
+
+    con = connect(tmp_path / "wh")
     with pytest.raises(TestSplitGuard, match="--allow-test"):
-        export("sft-action", tmp_path / "wh", tmp_path / "out")
-    res = export("sft-action", tmp_path / "wh", tmp_path / "out2", allow_test=True, where="true")
+        export("sft-action", con, tmp_path / "out")
+    res = export("sft-action", con, tmp_path / "out2", allow_test=True, where="true")
     assert res.rows > 0 and res.decontamination["train_only"] is False and res.decontamination["clean"] is False
+
+
+def test_shopsimrl_v4_export_ingests_back(export_con, tmp_path):
+    from shopsim_wh.db import connect
+    from shopsim_wh.ingest import ingest
+
+    res = export("shopsimrl-v4", export_con, tmp_path / "v4", runs=["t"], format="jsonl", where="true")
+    lines = [json.loads(x) for x in (tmp_path / "v4" / res.shards[0]["file"]).read_text().splitlines()]
+    assert len(lines) == res.rows == 3 and all(r["schema_version"] == "shopsimrl-episode-v4" for r in lines)
+    s = ingest([tmp_path / "v4"], tmp_path / "wh2", parallel=False)
+    assert s.as_dict()["episodes_landed"] == 3
+    a = export_con.execute("SELECT episode_id, reward FROM episodes WHERE run_id = 't' ORDER BY 1").fetchall()
+    b = connect(tmp_path / "wh2").execute("SELECT episode_id, reward FROM episodes ORDER BY 1").fetchall()
+    assert a == b
+
+
+def test_cli_lists_kinds_and_exports_with_a_json_summary(export_wh, tmp_path):
+    from typer.testing import CliRunner
+
+    from shopsim_wh.cli.main import app
+
+    root = str(export_wh["root"])
+    res = CliRunner().invoke(app, ["export", "--list", "-w", root, "--summary-format", "json"])
+    assert res.exit_code == 0, res.output
+    kinds = {k["name"]: k for k in json.loads(res.stdout)}
+    assert set(kinds) == {k.name for k in list_kinds()}
+    assert kinds["sft-action"]["example"]["completion"][0]["role"] == "assistant"
+    assert ["prompt", "JSON[]"] in kinds["sft-action"]["columns"]
+    res = CliRunner().invoke(app, ["export", "sft-trajectory", "--out", str(tmp_path / "o"), "-w", root,
+                                   "--runs", "t", "--quiet", "--summary-format", "json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["kind"] == "sft-trajectory" and summary["rows"] == 3 == len(_rows(tmp_path / "o"))
+    res = CliRunner().invoke(app, ["export", "sft-action", "-w", root])
+    assert isinstance(res.exception, ExportError) or "--out" in str(res.exception)

@@ -157,7 +157,15 @@ def _run(con, spec, out, format, shard_rows, expr, is_default, params, selected,
         raise ExportError(f"kind {spec.name} ({spec.path}) lacks the lineage column(s) {sorted(missing)}; add them to its view")
     out.mkdir(parents=True, exist_ok=True)
     con.execute("SET arrow_lossless_conversion = true")  # JSON leaves as arrow.json -> Parquet JSON logical type
-    reader = con.sql(build_query(spec, expr, n_shards, format, columns)).to_arrow_reader(BATCH_ROWS)
+    if spec.record:
+        from .records import record_batches
+
+        reader = record_batches(con, build_query(spec, expr, n_shards, "parquet", columns), spec.record, format,
+                                reasoning=bool(params["export_include_reasoning"]),
+                                persona=bool(params["export_include_persona"]))
+        columns = [n for n in reader.schema.names if not n.startswith("__")]
+    else:
+        reader = con.sql(build_query(spec, expr, n_shards, format, columns)).to_arrow_reader(BATCH_ROWS)
     done = 0
 
     def tick(n: int) -> None:

@@ -14,7 +14,9 @@ A kind file opens with ``-- key: value`` lines (see docs/export.md and the contr
 and creates the view ``export_<kind with - as _>``. Optional keys: ``trl`` ("-" when none), ``default-where``,
 ``line`` (the column a JSONL line is, for kinds whose row is one record such as ``shopsimrl-v4``),
 ``params`` (the DuckDB variables the view reads), ``materialize`` (building-block views the kind reads more than once,
-computed once into TEMP tables; ``export_messages``, ``export_episodes`` and ``export_step_tools`` always are). Files named ``00_*`` are shared building blocks, not kinds.
+computed once into TEMP tables; ``export_messages``, ``export_episodes`` and ``export_step_tools`` always are),
+``record`` (a record kind: the view selects episodes and shopsim_wh/export/records.py writes each as one
+``shopsimrl-v4`` or ``atif`` record). Files named ``00_*`` are shared building blocks, not kinds.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Kind:
     line: str | None = None
     params: tuple[str, ...] = ()
     materialize: tuple[str, ...] = ()
+    record: str | None = None
     path: Path = field(default=Path(), compare=False)
     sql: str = field(default="", repr=False, compare=False)
 
@@ -82,7 +85,8 @@ def parse_kind(path: Path) -> Kind:
         name=meta["export"], grain=meta["grain"], description=meta["description"], sample=_split(meta["sample"]),
         filters=_split(meta["filters"]), trl=meta.get("trl", "-") or "-",
         default_where=meta.get("default-where") or None, line=meta.get("line") or None,
-        params=_split(meta.get("params", "")), materialize=_split(meta.get("materialize", "")), path=path, sql=text)
+        params=_split(meta.get("params", "")), materialize=_split(meta.get("materialize", "")),
+        record=meta.get("record") or None, path=path, sql=text)
 
 
 @functools.lru_cache(maxsize=4)

@@ -59,12 +59,16 @@ class _Episode:
         return [r for r in rows if r["agent_id"] == agent_id and (step_idx is None or r["step_idx"] == step_idx)]
 
 
-def load_episodes(con, run_id: str, episode_id: str | None = None, attempt: int | None = None) -> list[_Episode]:
-    """Every stored attempt of a run (or of one episode / attempt), in (episode_id, attempt) order: one query per
-    table, grouped here, so dumping a whole run does not cost one round trip per episode."""
+def load_episodes(con, run_id: str, episode_id: str | None = None, attempt: int | None = None,
+                  episode_ids: list[str] | None = None) -> list[_Episode]:
+    """Every stored attempt of a run (or of one episode / attempt, or of the episodes ``episode_ids``), in
+    (episode_id, attempt) order: one query per table, grouped here, so dumping a whole run does not cost one
+    round trip per episode."""
     cond, params = "run_id = ?", [run_id]
     if episode_id is not None:
         cond, params = cond + " AND episode_id = ?", params + [episode_id]
+    if episode_ids is not None:
+        cond, params = cond + " AND list_contains(?, episode_id)", params + [list(episode_ids)]
     if attempt is not None:
         cond, params = cond + " AND attempt = ?", params + [attempt]
     eps = _fetch(con, f"SELECT * FROM stg_episodes WHERE {cond} ORDER BY episode_id, attempt", params)
@@ -76,7 +80,7 @@ def load_episodes(con, run_id: str, episode_id: str | None = None, attempt: int 
     tcond = cond.replace(" AND attempt = ?", "")
     tools: dict[str, list] = {}
     for r in _fetch(con, f"SELECT * FROM stg_tools WHERE {tcond} ORDER BY episode_id, agent_id, name",
-                    params[:3] if attempt is None else params[:2]):
+                    params if attempt is None else params[:-1]):
         tools.setdefault(r["episode_id"], []).append(r)
     run = _fetch(con, "SELECT * FROM stg_runs WHERE run_id = ?", [run_id])
     out = []
