@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
+SCHEMA_VERSION = 4  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
 # 3: episodes.r_loose/r_strict/r_success/reward_derived/reset_payload; runs.primary_reward/environment_version/
 #    observation_version; observations.payload
+# 4: table synthetic_reasoning
 PARTITION_KEY = "run_id"
 # Columns written with Parquet dictionary encoding: the low-cardinality ones (ids, enums). On free text it
 # is tried, abandoned after the first dictionary page and costs time for nothing.
@@ -33,6 +34,7 @@ DICTIONARY_COLUMNS = frozenset({
     "policy_failure", "status", "split", "source_format", "source_file", "experiment", "load_id", "schema_version",
     "name", "schema_hash", "tools_hash", "prompt_hash", "error_stage", "error_type", "termination_reason", "scope",
     "skill_id", "skill_version", "stage", "exception_type", "error_class", "unit",
+    "teacher_fingerprint", "teacher_model", "verdict",
 })
 
 
@@ -307,6 +309,30 @@ _register(_table(
     C("converted", I64, "Records converted into tables."),
     C("kept_raw", I64, "Records kept only as raw JSON (unknown types)."),
     C("dropped", I64, "Records rejected (see `ingest_errors`)."),
+))
+
+_register(_table(
+    "synthetic_reasoning", "one row per (teacher request, teacher) answered by `synth-reasoning`: the reasoning a teacher "
+    "wrote for one recorded decision (view `synthetic_reasoning` keeps the latest answer per request_hash and teacher)",
+    ("request_hash", "teacher_fingerprint"),
+    C("request_hash", S, "md5 of the request messages sent (export kind `reasoning-requests`): identical decisions share one request.", False),
+    C("teacher_fingerprint", S, "sha256 over the teacher identity: model name, base URL, sampling, extra_body and the request format version.", False),
+    C("teacher_model", S, "Teacher model name sent to the server."),
+    C("teacher_base_url", S, "Teacher server base URL (`embedded` for the scripted teacher)."),
+    C("teacher_identity", S, "JSON: every field the fingerprint covers (the API key never: only the variable name)."),
+    C("episode_id", S, "Lineage: the episode of the decision the request was first built from."),
+    C("agent_id", S, "Lineage: its agent."),
+    C("step_idx", I32, "Lineage: its step."),
+    C("verdict", S, "`accepted`, or `rejected` when the answer contradicts the recorded action or cannot be read."),
+    C("reject_reason", S, "Why an answer was rejected (`unreadable_answer`, `missing_reasoning`, `action_mismatch`, `model_protocol_error`), with the detail."),
+    C("reasoning", S, "The teacher's reasoning (NULL when rejected as unreadable)."),
+    C("answer_action", S, "JSON {name, arguments}: the action the teacher's answer ended with."),
+    C("raw_answer", S, "The teacher's answer text as returned (capped at 20,000 characters)."),
+    C("response_id", S, "Server response id."),
+    C("tokens_in", I64, "usage.prompt_tokens."),
+    C("tokens_out", I64, "usage.completion_tokens."),
+    C("latency_ms", F64, "Teacher call latency in ms."),
+    C("created_at", TS, "When the answer was stored (UTC)."),
 ))
 
 

@@ -25,6 +25,12 @@ _wh, _con, _kinds = _fixtures  # pytest finds fixtures among module attributes
 EXPECTED = {
     "sft-summary": {"claude-code"},
     "sft-subagent": {"claude-code", "agent-multi-turn"},
+    # prm needs a reward; preference needs several rated rollouts of one task (this warehouse has one per task)
+    # and sft-reasoning a teacher's answers: tests/test_export_rl.py and test_synth_reasoning.py build warehouses
+    # that have them
+    "prm": {"shopsim-wh-runner", "shopsimrl-v4", "openai-messages"},
+    "preference": set(),
+    "sft-reasoning": set(),
 }
 ALL = {"shopsim-wh-runner", "shopsimrl-v4", "claude-code", "agent-multi-turn", "openai-messages", "atif"}
 
@@ -58,7 +64,9 @@ def test_every_kind_exports_from_every_source_and_loads_with_datasets(every_kind
             "sft-outcome"} <= set(every_kind)
     for name, (res, out) in every_kind.items():
         rows = _rows(out)
-        assert len(rows) == res.rows > 0, name
+        assert len(rows) == res.rows and (res.rows > 0 or EXPECTED.get(name) == set()), name
+        if not rows:
+            continue
         sources = {r["source_format"] for r in rows}
         assert EXPECTED.get(name, ALL) <= sources, (name, sources)
         assert len({r["sample_id"] for r in rows}) == len(rows)

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import analytics, check, config, data, demo, exits, export, ingest, report, rollout, sim
+from . import analytics, check, config, data, demo, exits, export, ingest, report, rollout, sim, synth
 
 # rich_markup_mode=None: click's plain help (like sqlite-utils and datasette); rich's help renderer alone costs
 # ~0.1-0.6 s of imports (rich.markdown, markdown_it, pygments) on every --help.
@@ -46,6 +46,7 @@ report.register(app)
 check.register(app)
 demo.register(app)
 export.register(app)
+synth.register(app)
 app.add_typer(config.app, name="config", help="Config tools: `config import` converts a ShopSimRL experiment YAML.")
 app.add_typer(sim.app, name="sim", help="The embedded ShopSimulator-compatible server and scripted policy.")
 

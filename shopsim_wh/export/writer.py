@@ -92,10 +92,22 @@ class _JsonlSink:
 
 def _plain_type(t: pa.DataType) -> pa.DataType:
     """DuckDB's lossless Arrow export gives JSON as Arrow's canonical `arrow.json` extension (pyarrow writes it as
-    Parquet's JSON logical type: kept) and BOOLEAN as `arrow.bool8` (written back as plain bool)."""
+    Parquet's JSON logical type: kept) and BOOLEAN as `arrow.bool8` (written back as plain bool, inside lists too:
+    `datasets` knows no bool8)."""
     if getattr(t, "extension_name", None) == "arrow.bool8":
         return pa.bool_()
+    if pa.types.is_list(t) and _plain_type(t.value_type) != t.value_type:
+        return pa.list_(pa.field(t.value_field.name, _plain_type(t.value_type), t.value_field.nullable))
     return t
+
+
+def _plain(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """``arr`` as the plain type ``t`` of :func:`_plain_type` (bool8 storage is int8: 0 = false)."""
+    if isinstance(arr, pa.ChunkedArray):
+        return pa.chunked_array([_plain(c, t) for c in arr.chunks], t)
+    if pa.types.is_list(t):
+        return pa.ListArray.from_arrays(arr.offsets, _plain(arr.values, t.value_type), type=t, mask=arr.is_null())
+    return arr.storage.cast(t) if isinstance(arr, pa.ExtensionArray) else arr.cast(t)
 
 
 def write_shards(reader: pa.RecordBatchReader, out: Path, n_shards: int, fmt: str, line_column: str | None,
@@ -150,7 +162,7 @@ def write_shards(reader: pa.RecordBatchReader, out: Path, n_shards: int, fmt: st
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [batch.column(f.name).storage.cast(f.type) if batch.schema.field(f.name).type != f.type else batch.column(f.name)
+        [_plain(batch.column(f.name), f.type) if batch.schema.field(f.name).type != f.type else batch.column(f.name)
          for f in schema], schema=schema)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from shopsim_wh.sim import teacher
 from shopsim_wh.sim.engine import ENVIRONMENT_VERSION, Episode, EpisodeDone, extract_action
 from shopsim_wh.sim.observation import OBSERVATION_VERSION
 from shopsim_wh.sim.policy import PolicyConfig, PolicyError, chat_completion, list_models, request_latency_s
@@ -442,6 +443,8 @@ class SimApp:
         try:
             body = orjson.loads(raw or b"{}")
             self.counters["chat_completions"] += 1
+            if isinstance(body, dict) and body.get("model") == teacher.TEACHER_MODEL:  # synth-reasoning's teacher
+                return 200, teacher.completion(body)
             answer = chat_completion(body, self.policy)
             delay = request_latency_s(body, self.policy)
         except orjson.JSONDecodeError:

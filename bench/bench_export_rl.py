@@ -1,0 +1,163 @@
+"""Export benchmark for `preference` over a synthetic warehouse in the real schema, three ways, in one run.
+
+    python bench/bench_export_rl.py             # 2,000 episodes (3 samples per task)
+    python bench/bench_export_rl.py --n 100000  # the issue's size
+
+* export  shopsim_wh.export.export("preference"): the shipped path (sharded Parquet + manifest)
+* copy    the same rows written by a plain DuckDB `COPY (SELECT * FROM export_preference) TO ... parquet` on a
+          connection prepared the same way (scope + building blocks materialized): the floor
+* naive   a Python exporter that loops over episodes: per episode it reads the main agent's messages and
+          reward, hashes the prefix and every state in Python, then pairs and writes JSONL; run on the first
+          --naive-episodes episodes and reported as a rate
+
+Rates are per input episode (the pairs a warehouse yields depend on its rewards); the output rows, MB/s of
+output and peak RSS (each method in its own process) are printed too, with the ratios export/naive and
+export/copy. Reuses bench_export.py's helpers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_export import _rss_mb, _size  # noqa: E402  (bench/ is not a package)
+
+OUT = Path(__file__).resolve().parent / "out" / "export_rl"
+
+
+def method_export(wh: Path, out: Path, _n: int) -> dict:
+    from shopsim_wh.export import export
+
+    t = time.perf_counter()
+    res = export("preference", wh, out, shard_rows=250_000)
+    return {"rows": res.rows, "episodes": _episodes(wh), "seconds": time.perf_counter() - t}
+
+
+def method_copy(wh: Path, out: Path, _n: int) -> dict:
+    from shopsim_wh.db import connect
+    from shopsim_wh.export.core import MATERIALIZED, _materialize
+
+    t = time.perf_counter()
+    con = connect(wh)
+    con.execute("SET enable_progress_bar = false")
+    con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
+    _materialize(con, MATERIALIZED)
+    out.mkdir(parents=True)
+    con.execute(f"COPY (SELECT * FROM export_preference) TO '{out / 'all.parquet'}' (FORMAT parquet, COMPRESSION zstd)")
+    rows = con.execute(f"SELECT count(*) FROM '{out / 'all.parquet'}'").fetchone()[0]
+    return {"rows": rows, "episodes": _episodes(wh), "seconds": time.perf_counter() - t}
+
+
+def _episodes(wh: Path) -> int:
+    from shopsim_wh.db import connect
+
+    return connect(wh).execute("SELECT count(*) FROM episodes").fetchone()[0]
+
+
+def _h(m: tuple) -> str:
+    role, content, calls = m
+    return hashlib.md5(f"{role}\x1f{content}\x1f{calls}".encode()).hexdigest()
+
+
+def method_naive(wh: Path, out: Path, n: int) -> dict:
+    from shopsim_wh.db import connect
+
+    t = time.perf_counter()
+    con = connect(wh)
+    out.mkdir(parents=True)
+    eps = con.execute("SELECT run_id, episode_id, task_id, reward FROM episodes WHERE status = 'completed' "
+                      "AND reward IS NOT NULL ORDER BY 1, 2 LIMIT ?", [n]).fetchall()
+    rollouts, decisions = defaultdict(list), defaultdict(list)
+    for run, ep, task, reward in eps:  # one round trip per episode: the row-at-a-time way
+        msgs = con.execute("SELECT role, content, tool_calls FROM messages WHERE run_id = ? AND episode_id = ? "
+                           "AND agent_id = 'main' ORDER BY msg_idx", [run, ep]).fetchall()
+        counts = con.execute("SELECT step_idx, prompt_msg_count FROM steps WHERE run_id = ? AND episode_id = ? "
+                             "AND agent_id = 'main' ORDER BY step_idx", [run, ep]).fetchall()
+        if not counts:
+            continue
+        hashes = [_h(m) for m in msgs]
+        first = counts[0][1]
+        prefix = hashlib.md5("".join(hashes[:first]).encode()).hexdigest()
+        rollouts[(task, prefix)].append((reward, run, ep, msgs[:first], msgs[first:]))
+        for _step, count in counts:
+            state = hashlib.md5("".join(hashes[:count]).encode()).hexdigest()
+            action = msgs[count] if count < len(msgs) else None
+            decisions[(task, state)].append((reward, action, msgs[:count]))
+    with open(out / "naive.jsonl", "w") as f:
+        rows = 0
+        for group in rollouts.values():
+            best = sorted(group, key=lambda r: (-r[0], r[1], r[2]))
+            worst = sorted(group, key=lambda r: (r[0], r[1], r[2]))
+            for c, w in list(zip(best, worst, strict=True))[:8]:
+                if c[0] - w[0] >= 0.5:
+                    f.write(json.dumps({"level": "trajectory", "prompt": c[3], "chosen": c[4], "rejected": w[4],
+                                        "margin": c[0] - w[0]}) + "\n")
+                    rows += 1
+        for group in decisions.values():
+            values = defaultdict(list)
+            for reward, action, prompt in group:
+                values[json.dumps(action)].append((reward, prompt))
+            if len(values) < 2:
+                continue
+            ranked = sorted(((sum(r for r, _ in v) / len(v), a, v[0][1]) for a, v in values.items()), reverse=True)
+            for c, w in list(zip(ranked, ranked[::-1], strict=True))[:8]:
+                if c[0] - w[0] >= 0.25:
+                    f.write(json.dumps({"level": "step", "prompt": c[2], "chosen": c[1], "rejected": w[1],
+                                        "margin": c[0] - w[0]}) + "\n")
+                    rows += 1
+    return {"rows": rows, "episodes": len(eps), "seconds": time.perf_counter() - t}
+
+
+METHODS = {"export": method_export, "copy": method_copy, "naive": method_naive}
+
+
+def child(name: str, wh: Path, n: int) -> None:
+    out = OUT / name
+    shutil.rmtree(out, ignore_errors=True)
+    r = METHODS[name](wh, out, n)
+    r.update(method=name, bytes=_size(out), peak_rss_mb=round(_rss_mb(), 1))
+    print(json.dumps(r))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=2000, help="shop episodes in the synthetic warehouse (3 samples per task)")
+    ap.add_argument("--naive-episodes", type=int, default=300, help="episodes the naive loop exports (a rate sample)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--wh", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, Path(a.wh), a.naive_episodes)
+        return
+    from shopsim_wh.analytics.synth import generate
+
+    wh = OUT / f"wh-{a.n}"
+    if not wh.exists():
+        t = time.perf_counter()
+        generate(wh, a.n, runs=1, repeats=3, coding_episodes=0)
+        print(f"generated {a.n} episodes in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    res = {}
+    for name in ("export", "copy", "naive"):
+        p = subprocess.run([sys.executable, __file__, "--child", name, "--wh", str(wh),
+                            "--naive-episodes", str(a.naive_episodes)], capture_output=True, text=True, check=True)
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        r["episodes_per_s"] = r["episodes"] / r["seconds"]
+        r["mb_per_s"] = r["bytes"] / 1e6 / r["seconds"]
+        res[name] = r
+        print(f"{name:>7}: {r['episodes']:>9,} episodes -> {r['rows']:>8,} pairs in {r['seconds']:7.2f} s  "
+              f"{r['episodes_per_s']:>8,.0f} episodes/s  {r['mb_per_s']:6.2f} MB/s  peak RSS {r['peak_rss_mb']:.0f} MB")
+    e = res["export"]["episodes_per_s"]
+    print(f"export / naive: {e / res['naive']['episodes_per_s']:.1f}x episodes/s;  export / copy: "
+          f"{e / res['copy']['episodes_per_s']:.2f}x (1.0 = as fast as plain COPY)")
+
+
+if __name__ == "__main__":
+    main()
