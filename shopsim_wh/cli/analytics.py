@@ -25,25 +25,34 @@ def gate(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
     allow_missing_checkpoint: Annotated[bool, typer.Option("--allow-missing-checkpoint", help="Pair runs without model.checkpoint_id.")] = False,
     seed: Annotated[int, typer.Option(help="significance: bootstrap seed.")] = 0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide without recording the decision in gate_results.")] = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Fit R_i - B_i = C_i' beta + e_i over paired episodes and decide pass/fail."""
+    """Fit R_i - B_i = C_i' beta + e_i over paired episodes and decide pass/fail; the decision is recorded in
+    table gate_results (unless --dry-run)."""
     if rule not in RULES:
         raise typer.BadParameter(f"--rule must be one of {', '.join(RULES)}, not {rule!r}")
+    from ..analytics import gate_log
+    from ..db import connect
+
     if rule == "strictly-positive-top-k":
-        from ..analytics.contributions import contributions
-
         cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
-        res = contributions(default_root(warehouse), bare, treatment, budget=budget, columns=cols,
-                            allow_missing_checkpoint=allow_missing_checkpoint)
-        typer.echo(res.to_json() if fmt == "json" else res.to_table())
-        raise typer.Exit(0 if res.passed else 1)
-    from ..analytics.gate import gate as run_gate
+        args = gate_log.arguments(bare, treatment, rule, budget=budget, columns=cols,
+                                  allow_missing_checkpoint=allow_missing_checkpoint)
+    else:
+        args = gate_log.arguments(bare, treatment, rule, covariates=covariates or None, bootstrap=bootstrap,
+                                  alpha=alpha, allow_missing_checkpoint=allow_missing_checkpoint, seed=seed)
+    root = default_root(warehouse)
+    con = connect(root)
+    res = gate_log.decide(con, args)
+    typer.echo(res.to_json() if fmt == "json" else res.to_table())
+    if not dry_run:
+        from ..catalog import refresh_existing
 
-    result = run_gate(default_root(warehouse), bare, treatment, covariates=covariates or None, bootstrap=bootstrap,
-                      alpha=alpha, allow_missing_checkpoint=allow_missing_checkpoint, seed=seed)
-    typer.echo(result.to_json() if fmt == "json" else result.to_table())
-    raise typer.Exit(0 if result.passed else 1)
+        gate_id = gate_log.record(root, con, res, args)
+        refresh_existing(root)
+        typer.echo(f"recorded as gate_results.gate_id = {gate_id}", err=True)
+    raise typer.Exit(0 if res.passed else 1)
 
 
 def compare(

@@ -24,6 +24,7 @@ def ingest(
     fmt: Annotated[str, typer.Option("--format", "-f", help="auto, shopsimrl-v4, agent-multi-turn, claude-code, openai-messages or atif.")] = "auto",
     warehouse: WarehouseOpt = None,
     source: Annotated[str | None, typer.Option(help="Source name used in run ids and runs.experiment.")] = None,
+    catalog: Annotated[Path | None, typer.Option("--catalog", help="BI catalog file to rebuild afterwards (docs/bi.md); <warehouse>/catalog.duckdb is rebuilt whenever it exists.")] = None,
 ) -> None:
     """Land historical traces in the same tables the runner writes; bad records become ingest_errors rows."""
     from ..ingest import ingest as ingest_paths
@@ -37,6 +38,12 @@ def ingest(
 
         summary = ingest_paths(paths, root, format=fmt, source=source, progress=progress)
     d = summary.as_dict()
+    from ..catalog import refresh_existing
+    from ..warehouse import Warehouse
+
+    if Warehouse(root).exists():
+        for info in refresh_existing(root, catalog):
+            typer.echo(f"catalog {info.path} refreshed (snapshot {info.snapshot_version})", err=True)
     typer.echo(f"{d['units_read']} unit(s) read, {d['episodes_landed']} episode(s) landed, "
                f"{d['records_rejected']} record(s) rejected in {d['seconds']:.1f} s ({d['mb_per_s']:.1f} MB/s) -> warehouse {root}")
     for f in summary.files:

@@ -8,7 +8,7 @@ import duckdb
 import typer
 
 from ..errors import ShopsimError
-from . import analytics, config, data, ingest, rollout, sim
+from . import analytics, catalog, compact, config, data, doctor, ingest, rollout, runs, sim, vacuum
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Columnar trace warehouse with SQL analytics for LLM-agent rollouts.")
@@ -16,6 +16,11 @@ rollout.register(app)
 data.register(app)
 ingest.register(app)
 analytics.register(app)
+catalog.register(app)
+doctor.register(app)
+runs.register(app)
+vacuum.register(app)
+compact.register(app)
 app.add_typer(config.app, name="config", help="Config tools: `config import` converts a ShopSimRL experiment YAML.")
 app.add_typer(sim.app, name="sim", help="The embedded ShopSimulator-compatible server and scripted policy.")
 

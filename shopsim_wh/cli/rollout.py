@@ -73,6 +73,7 @@ def run(
 
         result = runner.run(cfg, warehouse, concurrency, allow_test, progress=progress, on_start=on_start)
     root = default_root(warehouse, cfg.output.warehouse)
+    _refresh_catalogs(root, cfg.output.catalog)
     typer.echo(f"\n{result.attempted} episode(s) run in {result.seconds:.1f} s "
                f"({result.completed} completed, {result.failed} failed, {result.skipped} skipped as already done) "
                f"-> warehouse {root}")
@@ -84,6 +85,15 @@ def run(
     if result.failed:
         typer.echo("  failed episodes are kept in `failures`; run the same command again to retry them")
     typer.echo(format_summary(summarize(connect(root), cfg.experiment.name)))
+
+
+def _refresh_catalogs(root, configured: str | None) -> None:
+    """Rebuild output.catalog and the warehouse's own catalog.duckdb (when it exists) after a commit."""
+    from ..catalog import refresh_existing
+
+    if Warehouse(root).exists():
+        for info in refresh_existing(root, configured):
+            typer.echo(f"catalog {info.path} refreshed (snapshot {info.snapshot_version})", err=True)
 
 
 def summarize_cmd(
