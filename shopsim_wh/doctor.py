@@ -142,19 +142,25 @@ def check_lock_and_orphans(wh: Warehouse, snap: Snapshot) -> list[Finding]:
     return out
 
 
-def check_duplicates(root: Path) -> list[Finding]:
-    from .db import connect
+def check_duplicates(wh: Warehouse, snap: Snapshot, skip: set[str]) -> list[Finding]:
+    """(episode_id, attempt) stored twice within a run, from the episodes files' two key columns (files in
+    ``skip``, already found broken, are left out)."""
+    import pyarrow.parquet as pq
 
-    con = connect(root, small_table_bytes=0)
-    rows = con.execute("SELECT run_id, episode_id, attempt, count(*) AS n FROM stg_episodes GROUP BY ALL "
-                       "HAVING count(*) > 1 ORDER BY ALL LIMIT 100").fetchall()
-    con.close()
-    by_run: dict[str, list[str]] = {}
-    for run_id, ep, attempt, n in rows:
-        by_run.setdefault(run_id, []).append(f"{ep} (attempt {attempt}, {n} rows)")
-    return [Finding("duplicate_episode", f"run {run_id}: {len(eps)} episode attempt(s) stored more than once: "
-                    f"{', '.join(eps[:3])}{' ...' if len(eps) > 3 else ''}", _redo(run_id), None, run_id)
-            for run_id, eps in by_run.items()]
+    out = []
+    by_run: dict[str, list] = {}
+    for e in snap.files("episodes"):
+        if e.path not in skip:
+            t = pq.read_table(wh.abspath(e), columns=["episode_id", "attempt"])
+            by_run.setdefault(e.run_id, []).extend(zip(t["episode_id"].to_pylist(), t["attempt"].to_pylist(), strict=True))
+    for run_id, keys in sorted(by_run.items()):
+        seen: set = set()
+        dups = sorted({k for k in keys if k in seen or seen.add(k)})
+        if dups:
+            shown = ", ".join(f"{ep} (attempt {a})" for ep, a in dups[:3])
+            out.append(Finding("duplicate_episode", f"run {run_id}: {len(dups)} episode attempt(s) stored more than "
+                               f"once: {shown}{' ...' if len(dups) > 3 else ''}", _redo(run_id), None, run_id))
+    return out
 
 
 def check_catalogs(root: Path, snap: Snapshot, paths: list[Path]) -> list[Finding]:
@@ -215,8 +221,8 @@ def doctor(root: str | os.PathLike, cfg=None) -> list[Finding]:
         return findings
     findings += check_files(wh, snap)
     findings += check_lock_and_orphans(wh, snap)
-    if not any(f.code in ("file_missing", "file_size", "file_unreadable", "file_schema") for f in findings):
-        findings += check_duplicates(root)  # needs every listed file readable
+    broken = {f.path for f in findings if f.code in ("file_missing", "file_size", "file_unreadable", "file_schema")}
+    findings += check_duplicates(wh, snap, broken)
     out = getattr(getattr(cfg, "output", None), "catalog", None)
     findings += check_catalogs(root, snap, [Path(out)] if out else [])
     return findings
