@@ -163,7 +163,7 @@ def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None)
             con.execute("CREATE TABLE catalog_info (key VARCHAR, value VARCHAR)")
             info = {"warehouse": str(Path(root).resolve()), "snapshot_version": str(snap.version),
                     "snapshot_committed_at": str(snap.committed_at), "schema_version": str(SCHEMA_VERSION),
-                    "tool_version": __version__, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                    "tool_version": __version__, "duckdb_version": duckdb.__version__, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             con.executemany("INSERT INTO catalog_info VALUES (?, ?)", list(info.items()))
             n = _comment_all(con, snap, TABLES, ident, sql_string)
             macros = macro_signatures(con)
@@ -189,7 +189,7 @@ def _comment_all(con, snap, tables, ident, sql_string) -> int:
     objects = {o.name: o for o in sql_objects()}
     stmts: list[str] = []
     _comment(stmts, "TABLE", "catalog_info", "Which warehouse snapshot this catalog file was built from (key/value): "
-             "warehouse, snapshot_version, schema_version, tool_version, built_at. Rebuild with `shopsim-wh catalog`.")
+             "warehouse, snapshot_version, schema_version, tool_version, duckdb_version, built_at. Rebuild with `shopsim-wh catalog`.")
     for name, spec in tables.items():
         files = len(snap.files(name))
         _comment(stmts, "VIEW", f"stg_{name}", f"Table {name}: {spec.grain}. Reads exactly the {files} Parquet file(s) "

@@ -37,3 +37,19 @@ def warehouse_copy(dest: Path) -> Path:
 
 def cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def small_catalog() -> Path:
+    """The catalog file of a copy of the small warehouse with one recorded gate decision (built once per
+    process; read it only)."""
+    if "catalog" not in _CACHE:
+        from shopsim_wh.analytics import gate_log
+        from shopsim_wh.catalog import build_catalog
+        from shopsim_wh.db import connect
+
+        root = warehouse_copy(small_warehouse().parent / "bi-wh")
+        con = connect(root)
+        args = gate_log.arguments(BARE, SKILL, bootstrap=100)
+        gate_log.record(root, con, gate_log.decide(con, args), args)
+        _CACHE["catalog"] = build_catalog(root, root.parent / "bi" / "catalog.duckdb").path
+    return _CACHE["catalog"]
