@@ -53,3 +53,12 @@ def small_catalog() -> Path:
         gate_log.record(root, con, gate_log.decide(con, args), args)
         _CACHE["catalog"] = build_catalog(root, root.parent / "bi" / "catalog.duckdb").path
     return _CACHE["catalog"]
+
+
+def cli_in_process(*args: str):
+    """The same typer app in this process (for the cheap calls: a subprocess pays the CLI's imports again)."""
+    from typer.testing import CliRunner
+
+    from shopsim_wh.cli.main import app
+
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)

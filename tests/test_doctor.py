@@ -22,7 +22,7 @@ from shopsim_wh.doctor import doctor, writer_pid
 from shopsim_wh.maintenance import compact, list_runs, remove_run, vacuum
 from shopsim_wh.warehouse import Snapshot, Warehouse, stage_parquet
 
-from .catalog_support import BARE, PLACEBO, PLACEBO_BARE, SKILL, cli, warehouse_copy
+from .catalog_support import BARE, PLACEBO, PLACEBO_BARE, SKILL, cli, cli_in_process, warehouse_copy
 from .conftest import free_port
 from .helpers import write_config
 
@@ -69,8 +69,8 @@ class _NotFound(BaseHTTPRequestHandler):
 
 def test_doctor_finds_each_problem_with_its_fix_and_is_clean_after_the_fixes(tmp_path):
     root = warehouse_copy(tmp_path / "wh")
-    clean = cli("doctor", "-w", str(root))
-    assert clean.returncode == 0 and "no findings" in clean.stdout, clean.stdout + clean.stderr
+    clean = cli_in_process("doctor", "-w", str(root))
+    assert clean.exit_code == 0 and "no findings" in clean.output, clean.output
 
     wh = Warehouse(root)
     _file(wh, "steps", BARE).unlink()
@@ -123,13 +123,13 @@ def test_doctor_finds_each_problem_with_its_fix_and_is_clean_after_the_fixes(tmp
 def test_runs_list_rm_vacuum_compact(tmp_path):
     root = warehouse_copy(tmp_path / "wh")
     wh = Warehouse(root)
-    listed = json.loads(cli("runs", "list", "-w", str(root), "--format", "json").stdout)["runs"]
+    listed = json.loads(cli_in_process("runs", "list", "-w", str(root), "--format", "json").output)["runs"]
     assert {r["run_id"] for r in listed} == wh.snapshot().run_ids()
     assert {r["run_id"]: r["episodes"] for r in listed} == {
         r: sum(e.rows for e in wh.snapshot().files("episodes", r)) for r in wh.snapshot().run_ids()}
     files = [wh.abspath(e) for t in wh.snapshot().tables for e in wh.snapshot().files(t, PLACEBO)]
-    out = cli("runs", "rm", PLACEBO, "-w", str(root))
-    assert out.returncode == 0 and "shopsim-wh vacuum" in out.stdout, out.stderr
+    out = cli_in_process("runs", "rm", PLACEBO, "-w", str(root))
+    assert out.exit_code == 0 and "shopsim-wh vacuum" in out.output, out.output
     assert PLACEBO not in wh.snapshot().run_ids() and all(f.exists() for f in files)  # kept for older readers
     missing = cli("runs", "rm", PLACEBO, "-w", str(root))
     assert missing.returncode == 2 and BARE in missing.stderr and "runs list" in missing.stderr

@@ -12,7 +12,7 @@ from shopsim_wh.db import connect
 from shopsim_wh.maintenance import remove_run
 from shopsim_wh.warehouse import Warehouse
 
-from .catalog_support import BARE, SKILL, cli, warehouse_copy
+from .catalog_support import BARE, SKILL, cli, cli_in_process, warehouse_copy
 
 
 def _rows(con):
@@ -27,9 +27,9 @@ def test_gate_commits_its_decision_and_a_rerun_from_the_row_decides_the_same(tmp
               "--bootstrap", "200", "--seed", "7")
     assert res.returncode in (0, 1), res.stderr
     printed = json.loads(res.stdout)
-    dry = cli("gate", "--bare", BARE, "--treatment", SKILL, "-w", str(root), "--rule", "strictly-positive-top-k",
-              "--dry-run")
-    assert dry.returncode in (0, 1) and "recorded" not in dry.stderr, dry.stderr
+    dry = cli_in_process("gate", "--bare", BARE, "--treatment", SKILL, "-w", str(root), "--rule",
+                         "strictly-positive-top-k", "--dry-run")
+    assert dry.exit_code in (0, 1) and "decision:" in dry.output and "recorded" not in dry.output
     con = connect(root)
     rows = _rows(con)
     assert len(rows) == 1  # the dry run left nothing
