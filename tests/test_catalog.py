@@ -13,12 +13,13 @@ import time
 import pytest
 
 from shopsim_wh.catalog import build_catalog, catalog_snapshot
+from shopsim_wh.config import load_config
 from shopsim_wh.doctor import check_catalogs
 from shopsim_wh.maintenance import remove_run
 from shopsim_wh.schema import TABLES
 from shopsim_wh.warehouse import Warehouse
 
-from .catalog_support import PLACEBO, cli, warehouse_copy
+from .catalog_support import PLACEBO, cli, cli_in_process, warehouse_copy
 
 READER = textwrap.dedent("""
     import json, sys, duckdb
@@ -122,3 +123,21 @@ def test_refresh_is_atomic_for_readers_and_a_catalog_pins_its_snapshot(built, tm
     con = duckdb.connect(str(out), read_only=True)
     assert PLACEBO not in {r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()}
     assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name or p.name.endswith(".wal")] == []
+
+
+def test_run_refreshes_the_configured_catalog(tmp_path):
+    from .helpers import write_config
+
+    out = tmp_path / "dash" / "shop.duckdb"
+    cfg = write_config(tmp_path / "c.yaml", tasks={"sample_size": 2},
+                       output={"warehouse": str(tmp_path / "wh"), "catalog": str(out)})
+    res = cli_in_process("run", str(cfg))
+    assert res.exit_code == 0, res.output
+    import duckdb
+
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT run_id, planned FROM run_metrics").fetchall() == [("t", 2)]
+    assert catalog_snapshot(out) == Warehouse(tmp_path / "wh").snapshot().version
+    from shopsim_wh.doctor import doctor
+
+    assert doctor(tmp_path / "wh", load_config(cfg)) == []  # a fresh runner warehouse is clean, catalog included
