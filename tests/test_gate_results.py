@@ -53,7 +53,7 @@ def test_gate_commits_its_decision_and_a_rerun_from_the_row_decides_the_same(tmp
     for gate_id in (row["gate_id"], topk_id):
         stored, again = gate_log.rerun(con, gate_id)
         assert again.decision == stored["decision"]
-        assert [c["beta"] for c in gate_log._coefficients(again)] == [c["beta"] for c in json.loads(stored["coefficients"])]
+        assert [c["beta"] for c in gate_log.coefficient_rows(again)] == [c["beta"] for c in json.loads(stored["coefficients"])]
         if stored["rule"] == "significance":
             assert [c.to_dict() for c in again.coefficients] == json.loads(stored["coefficients"])
     kept = con.execute("SELECT name FROM gate_coefficients WHERE gate_id = ? AND status = 'selected' ORDER BY rank",

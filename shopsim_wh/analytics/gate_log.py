@@ -53,7 +53,7 @@ def decide(con_or_warehouse, args: dict):
     return gate(con_or_warehouse, args["bare_run"], args["treatment_run"], **kw)
 
 
-def _coefficients(result) -> list[dict]:
+def coefficient_rows(result) -> list[dict]:
     if hasattr(result, "coefficients"):
         return [c.to_dict() for c in result.coefficients]
     return [{"name": r["chunk_id"], "beta": r["coefficient"], "se": None, "t": None, "p": None, "ci_low": None,
@@ -68,7 +68,7 @@ def gate_row(con, result, args: dict, gate_id: str | None = None, decided_at: da
         [result.bare_run, result.treatment_run]).fetchall()}
     bare, treat = runs.get(result.bare_run, (None, None)), runs.get(result.treatment_run, (None, None))
     significance = args["rule"] == "significance"
-    coefs = _coefficients(result)
+    coefs = coefficient_rows(result)
     if significance:
         selected = [c.name for c in result.coefficients if c.beta > 0 and c.p < result.alpha
                     and (c.ci_low is None or c.ci_low > 0)]
