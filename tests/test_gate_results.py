@@ -53,9 +53,11 @@ def test_gate_commits_its_decision_and_a_rerun_from_the_row_decides_the_same(tmp
     for gate_id in (row["gate_id"], topk_id):
         stored, again = gate_log.rerun(con, gate_id)
         assert again.decision == stored["decision"]
-        assert [c["beta"] for c in gate_log.coefficient_rows(again)] == [c["beta"] for c in json.loads(stored["coefficients"])]
-        if stored["rule"] == "significance":
-            assert [c.to_dict() for c in again.coefficients] == json.loads(stored["coefficients"])
+        # equal up to the order DuckDB's parallel sums add X'X in (the significance rule sums in SQL)
+        for new, old in zip(gate_log.coefficient_rows(again), json.loads(stored["coefficients"]), strict=True):
+            assert new["name"] == old["name"]
+            assert {k: v for k, v in new.items() if isinstance(v, float)} == pytest.approx(
+                {k: v for k, v in old.items() if isinstance(v, float)}, rel=1e-9, abs=1e-12)
     kept = con.execute("SELECT name FROM gate_coefficients WHERE gate_id = ? AND status = 'selected' ORDER BY rank",
                        [topk_id]).fetchall()
     assert sorted(k[0] for k in kept) == sorted(topk.selected) and 0 < len(kept) <= 2
