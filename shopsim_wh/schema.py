@@ -24,7 +24,7 @@ import pyarrow as pa
 SCHEMA_VERSION = 4  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
 # 3: episodes.r_loose/r_strict/r_success/reward_derived/reset_payload; runs.primary_reward/environment_version/
 #    observation_version; observations.payload
-# 4: table synthetic_reasoning
+# 4: tables synthetic_reasoning (synth-reasoning answers) and gate_results (gate decisions)
 PARTITION_KEY = "run_id"
 # Columns written with Parquet dictionary encoding: the low-cardinality ones (ids, enums). On free text it
 # is tried, abandoned after the first dictionary page and costs time for nothing.
@@ -125,7 +125,7 @@ _register(_table(
 
 _register(_table(
     "loads", "one row per `run` or `ingest` invocation that committed data", ("started_at",),
-    C("command", S, "`run`, `resume`, `ingest`."),
+    C("command", S, "`run`, `resume`, `ingest`, `gate`."),
     C("started_at", TS, "Start (UTC)."),
     C("finished_at", TS, "End (UTC)."),
     C("episodes_written", I64, "Episode attempts committed by this load."),
@@ -333,6 +333,41 @@ _register(_table(
     C("tokens_out", I64, "usage.completion_tokens."),
     C("latency_ms", F64, "Teacher call latency in ms."),
     C("created_at", TS, "When the answer was stored (UTC)."),
+))
+
+_register(_table(
+    "gate_results", "one row per `shopsim-wh gate` decision (partition run_id = the treatment run)", ("decided_at",),
+    C("gate_id", S, "Identity of the decision (uuid4 hex); also its `load_id`.", False),
+    C("decided_at", TS, "When the gate ran (UTC)."),
+    C("rule", S, "`significance` or `strictly-positive-top-k` (docs/gate.md)."),
+    C("rule_text", S, "The decision rule in words."),
+    C("decision", S, "`pass` or `fail`."),
+    C("bare_run", S, "Run id of the skill-free run."),
+    C("treatment_run", S, "Run id of the skill run (the partition run_id)."),
+    C("bare_fingerprint", S, "`runs.fingerprint` of the bare run when the gate ran."),
+    C("treatment_fingerprint", S, "`runs.fingerprint` of the treatment run when the gate ran."),
+    C("bare_checkpoint_id", S, "`runs.checkpoint_id` of the bare run."),
+    C("treatment_checkpoint_id", S, "`runs.checkpoint_id` of the treatment run."),
+    C("covariates", S, "JSON: the covariates as requested (null: one indicator per selected skill; top-k: the `--columns` list)."),
+    C("covariate_names", S, "JSON list: names of the fitted coefficients, in order."),
+    C("coefficients", S, "JSON list of {name, beta, se, t, p, ci_low, ci_high} (top-k: se, t, p and the interval are null; rank and status added)."),
+    C("n_pairs", I64, "Paired jobs fitted."),
+    C("planned", I64, "Planned episodes of the treatment run."),
+    C("coverage", F64, "n_pairs / planned."),
+    C("df", I64, "Residual degrees of freedom (significance; NULL for top-k)."),
+    C("residual_se", F64, "Residual standard error (significance)."),
+    C("alpha", F64, "Significance level (significance)."),
+    C("bootstrap", I64, "Paired bootstrap resamples (significance)."),
+    C("bootstrap_seed", I64, "Bootstrap seed (significance)."),
+    C("bootstrap_dropped", I64, "Singular bootstrap resamples dropped."),
+    C("budget", I32, "Most skills kept (top-k; NULL for significance)."),
+    C("selected", S, "JSON list: the skills that help (significance) or are kept (top-k)."),
+    C("allow_missing_checkpoint", B, "Pairing was allowed without model.checkpoint_id."),
+    C("bare_score", S, "JSON: the bare run's own score (completed, reward_mean, reward_sem, r_success_mean, ...)."),
+    C("arguments", S, "JSON: every argument of the invocation (`shopsim_wh.analytics.gate_log.rerun` re-runs the decision from it)."),
+    C("result", S, "JSON: the whole result as `gate --format json` printed it."),
+    C("notes", S, "JSON list of notes (helps, hurts, dropped resamples)."),
+    C("tool_version", S, "shopsim-wh version that decided."),
 ))
 
 

@@ -86,6 +86,7 @@ class GateResult:
     rule: str = RULE
     checkpoint_ids: tuple[str | None, str | None] = (None, None)
     notes: list[str] = field(default_factory=list)
+    planned: int = 0  # the treatment run's planned episodes (the coverage denominator)
 
     @property
     def passed(self) -> bool:
@@ -424,7 +425,7 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
         coverage=n_pairs / planned if planned else 0.0, coefficients=coefs,
         decision="pass" if helps and not hurts else "fail", alpha=alpha, bootstrap=bootstrap, seed=seed, df=df,
         residual_se=math.sqrt(sigma2), bare_score=bare_scores, bootstrap_dropped=dropped,
-        checkpoint_ids=(bare.get("checkpoint_id"), treat.get("checkpoint_id")), notes=notes)
+        checkpoint_ids=(bare.get("checkpoint_id"), treat.get("checkpoint_id")), notes=notes, planned=int(planned))
 
 
 def _fit(con, table: str, specs, bootstrap: int, alpha: float, seed: int):

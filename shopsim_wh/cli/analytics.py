@@ -24,10 +24,14 @@ def gate(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
     allow_missing_checkpoint: Annotated[bool, typer.Option("--allow-missing-checkpoint", help="Pair runs without model.checkpoint_id.")] = False,
     seed: Annotated[int, typer.Option(help="significance: bootstrap seed.")] = 0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide without recording the decision in gate_results.")] = False,
     warehouse: WarehouseOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Fit R_i - B_i = C_i' beta + e_i over paired episodes and decide pass/fail (exit code 0 pass, 1 fail)."""
+    """Fit R_i - B_i = C_i' beta + e_i over paired episodes and decide pass/fail (exit code 0 pass, 1 fail); the
+    decision is recorded in table gate_results (unless --dry-run)."""
+    from ..analytics import gate_log
+    from ..sandbox import connect as sandboxed
     from ..warehouse import default_root
 
     if rule not in RULES:
@@ -35,21 +39,25 @@ def gate(
     if fmt not in ("table", "json"):
         raise typer.BadParameter(f"--format must be table or json, not {fmt!r}")
     if rule == "strictly-positive-top-k":
-        from ..analytics.contributions import contributions
-
         cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
-        res = contributions(default_root(warehouse), bare, treatment, budget=budget, columns=cols,
-                            allow_missing_checkpoint=allow_missing_checkpoint)
-        if not quiet:
-            typer.echo(res.to_json() if fmt == "json" else res.to_table())
-        raise typer.Exit(exits.OK if res.passed else exits.FAILED)
-    from ..analytics.gate import gate as run_gate
-
-    result = run_gate(default_root(warehouse), bare, treatment, covariates=covariates or None, bootstrap=bootstrap,
-                      alpha=alpha, allow_missing_checkpoint=allow_missing_checkpoint, seed=seed)
+        args = gate_log.arguments(bare, treatment, rule, budget=budget, columns=cols,
+                                  allow_missing_checkpoint=allow_missing_checkpoint)
+    else:
+        args = gate_log.arguments(bare, treatment, rule, covariates=covariates or None, bootstrap=bootstrap,
+                                  alpha=alpha, allow_missing_checkpoint=allow_missing_checkpoint, seed=seed)
+    root = default_root(warehouse)
+    con = sandboxed(root)  # --covariates are SQL from the command line: the fit reads the views and nothing else
+    res = gate_log.decide(con, args)
     if not quiet:
-        typer.echo(result.to_json() if fmt == "json" else result.to_table())
-    raise typer.Exit(exits.OK if result.passed else exits.FAILED)
+        typer.echo(res.to_json() if fmt == "json" else res.to_table())
+    if not dry_run:
+        from ..catalog import refresh_existing
+
+        gate_id = gate_log.record(root, con, res, args)
+        refresh_existing(root)
+        if not quiet:
+            typer.echo(f"recorded as gate_results.gate_id = {gate_id}", err=True)
+    raise typer.Exit(exits.OK if res.passed else exits.FAILED)
 
 
 def compare(

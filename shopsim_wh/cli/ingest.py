@@ -18,6 +18,7 @@ def ingest(
     output: Annotated[str, typer.Option("--output", help="text, or json: one JSON object on stdout (--format "
                                         "names the input's trace format here).")] = "text",
     quiet: QuietOpt = False,
+    catalog: Annotated[Path | None, typer.Option("--catalog", help="BI catalog file to rebuild afterwards (docs/bi.md); <warehouse>/catalog.duckdb is rebuilt whenever it exists.")] = None,
 ) -> None:
     """Land historical traces in the same tables the runner writes; bad records become ingest_errors rows."""
     from ..ingest import ingest as ingest_paths
@@ -47,6 +48,13 @@ def ingest(
 
             summary = ingest_paths(paths, root, format=fmt, source=source, progress=progress)
     d = summary.as_dict()
+    from ..catalog import refresh_existing
+    from ..warehouse import Warehouse
+
+    if Warehouse(root).exists():
+        for info in refresh_existing(root, catalog):
+            if not quiet and output != "json":
+                typer.echo(f"catalog {info.path} refreshed (snapshot {info.snapshot_version})", err=True)
     if output == "json":
         emit_json({**d, "warehouse": str(root)})
         return

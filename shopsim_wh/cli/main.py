@@ -13,7 +13,25 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import analytics, check, config, data, demo, exits, export, ingest, report, rollout, sim, synth
+from . import (
+    analytics,
+    catalog,
+    check,
+    compact,
+    config,
+    data,
+    demo,
+    doctor,
+    exits,
+    export,
+    ingest,
+    report,
+    rollout,
+    runs,
+    sim,
+    synth,
+    vacuum,
+)
 
 # rich_markup_mode=None: click's plain help (like sqlite-utils and datasette); rich's help renderer alone costs
 # ~0.1-0.6 s of imports (rich.markdown, markdown_it, pygments) on every --help.
@@ -47,6 +65,11 @@ check.register(app)
 demo.register(app)
 export.register(app)
 synth.register(app)
+catalog.register(app)
+doctor.register(app)
+runs.register(app)
+vacuum.register(app)
+compact.register(app)
 app.add_typer(config.app, name="config", help="Config tools: `config import` converts a ShopSimRL experiment YAML.")
 app.add_typer(sim.app, name="sim", help="The embedded ShopSimulator-compatible server and scripted policy.")
 

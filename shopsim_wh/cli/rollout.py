@@ -145,6 +145,7 @@ def run(
                     "run the same command again to resume "
                     f"(`shopsim-wh check -w {root}` verifies the warehouse)", fg="yellow", err=True)
         raise typer.Exit(result.exit_code)
+    _refresh_catalogs(root, cfg.output.catalog, quiet or fmt == "json")
     code = exits.UNREACHABLE if result.unreachable else exits.USAGE if result.fatal else \
         exits.FAILED if result.failed else exits.OK
     hints = [_unreachable_hint(cfg, url) for url in result.unreachable]
@@ -172,6 +173,17 @@ def run(
         typer.echo(f"{result.failed} episode(s) failed; they are kept in `failures` (shopsim-wh sql \"select * from "
                    "failures\"); run the same command again to retry them", err=True)
     raise typer.Exit(code)
+
+
+def _refresh_catalogs(root, configured: str | None, quiet: bool = False) -> None:
+    """Rebuild output.catalog and the warehouse's own catalog.duckdb (when it exists) after a commit."""
+    from ..catalog import refresh_existing
+    from ..warehouse import Warehouse
+
+    if Warehouse(root).exists():
+        for info in refresh_existing(root, configured):
+            if not quiet:
+                typer.echo(f"catalog {info.path} refreshed (snapshot {info.snapshot_version})", err=True)
 
 
 def summarize_cmd(

@@ -12,3 +12,6 @@ CREATE OR REPLACE VIEW ingest_errors AS SELECT * FROM stg_ingest_errors;
 
 -- grain: one row per ingested unit. key: (run_id, source_file, unit)
 CREATE OR REPLACE VIEW import_fidelity AS SELECT * FROM stg_import_fidelity;
+
+-- grain: one row per `shopsim-wh gate` decision (run_id = the treatment run). key: gate_id
+CREATE OR REPLACE VIEW gate_results AS SELECT * FROM stg_gate_results;

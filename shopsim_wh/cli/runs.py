@@ -1,0 +1,58 @@
+"""`runs list`, `runs rm RUN_ID`: see and remove whole runs (one atomic snapshot commit)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from .options import WarehouseOpt
+
+app = typer.Typer(no_args_is_help=True, help="List the warehouse's runs, or remove one (`runs rm RUN_ID`).")
+
+
+@app.command("list")
+def list_cmd(
+    warehouse: WarehouseOpt = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+) -> None:
+    """Every run of the current snapshot: id, experiment, source, checkpoint, created, episode attempts, files, size."""
+    from ..maintenance import list_runs
+    from ..warehouse import default_root
+
+    runs = list_runs(default_root(warehouse))
+    if fmt == "json":
+        typer.echo(json.dumps({"runs": [r.as_dict() for r in runs]}))
+        return
+    typer.echo(f"{'run_id':32} {'experiment':24} {'source':20} {'checkpoint':14} {'created':20} {'episodes':>8} "
+               f"{'files':>5} {'MB':>8}")
+    for r in runs:
+        typer.echo(f"{r.run_id:32} {r.experiment or '-':24} {r.source_format or '-':20} {r.checkpoint_id or '-':14} "
+                   f"{(r.created_at or '-')[:19]:20} {r.episodes:>8} {r.files:>5} {r.bytes / 1e6:>8.2f}")
+
+
+@app.command("rm")
+def rm_cmd(
+    run_id: Annotated[str, typer.Argument(help="Run id to remove (`shopsim-wh runs list` shows them).")],
+    warehouse: WarehouseOpt = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
+) -> None:
+    """Remove a run from the warehouse in one commit; its files are deleted by `vacuum` after the grace period."""
+    from ..catalog import refresh_existing
+    from ..maintenance import GRACE_S, remove_run
+    from ..warehouse import default_root
+
+    root = default_root(warehouse)
+    n = remove_run(root, run_id)
+    refresh_existing(root)
+    if fmt == "json":
+        typer.echo(json.dumps({"removed": run_id, "files_pending_delete": n, "grace_s": GRACE_S}))
+    elif not quiet:
+        typer.echo(f"removed run {run_id} ({n} files); `shopsim-wh vacuum` deletes the files once they are "
+                   f"{GRACE_S:.0f} s old (readers of the previous snapshot may still use them)")
+
+
+def register(main: typer.Typer) -> None:
+    main.add_typer(app, name="runs")
