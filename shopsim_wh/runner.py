@@ -96,7 +96,7 @@ SEMANTIC_FIELDS: dict[str, tuple[str, ...]] = {
 EXECUTION_FIELDS: frozenset[str] = frozenset({
     "experiment.dotenv", "model.base_url", "model.api_key_env", "model.trust_env", "model.timeout_s",
     "model.max_retries", "model.retry_backoff_s", "environment.timeout_s", "environment.trust_env",
-    "runtime.concurrency", "output.warehouse",
+    "runtime.concurrency", "output.warehouse", "output.catalog",
 })
 IDENTITY_FIELDS: frozenset[str] = frozenset({"experiment.name"})
 

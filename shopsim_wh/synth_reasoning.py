@@ -193,7 +193,7 @@ def synthesize(warehouse: str | os.PathLike, teacher: TeacherConfig | str | os.P
 
     ``progress(done, total)`` is called after each answer; ``transport`` overrides the HTTP transport (tests).
     """
-    from .db import connect
+    from .db import connect, install_exports
     from .export.scope import bind_params, select_runs
 
     cfg = teacher if isinstance(teacher, TeacherConfig) else load_teacher(teacher)
@@ -202,6 +202,7 @@ def synthesize(warehouse: str | os.PathLike, teacher: TeacherConfig | str | os.P
     result = SynthResult(fp)
     con = connect(warehouse)
     try:
+        install_exports(con)
         bind_params(con, {})  # the default flags: no persona, no recorded reasoning ever reaches a teacher
         select_runs(con, runs, experiment, allow_test)
         requests = select_requests(con, where)

@@ -80,10 +80,11 @@ def test_doctor_finds_each_problem_with_its_fix_and_is_clean_after_the_fixes(tmp
     with wh.writer() as w:
         w.commit([("episodes", PLACEBO, twice.slice(0, 3))])
     _old_schema_file(wh, PLACEBO_BARE)
-    (wh.staging_dir / "part-dead.parquet").write_bytes(b"PAR1 half a file")
-    (root / "steps" / "run_id=synth-coding" / "part-orphan.parquet").write_bytes(b"PAR1")
     holder = subprocess.run([sys.executable, "-c", HOLD_LOCK, str(root)], capture_output=True, text=True, timeout=60)
     child = int(holder.stdout.split()[0])
+    # after the holder opened its writer: opening a writer removes the leftovers of a killed one
+    (wh.staging_dir / "part-dead.parquet").write_bytes(b"PAR1 half a file")
+    (root / "steps" / "run_id=synth-coding" / "part-orphan.parquet").write_bytes(b"PAR1")
     live = ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
     threading.Thread(target=live.serve_forever, daemon=True).start()
     dead = free_port()

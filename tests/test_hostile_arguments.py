@@ -16,7 +16,7 @@ from shopsim_wh.analytics.gate import GateError, gate
 from shopsim_wh.analytics.synth import default_runs, generate
 from shopsim_wh.config import load_config
 from shopsim_wh.db import connect
-from shopsim_wh.errors import ConfigError, NameRefused
+from shopsim_wh.errors import ConfigError, NameRefused, WarehouseError
 from shopsim_wh.ingest import ingest
 from shopsim_wh.names import check_name, is_name
 from shopsim_wh.runner import plan
@@ -102,7 +102,8 @@ def test_values_are_bound_not_spliced(odd_root):
     runs = con.execute("SELECT count(*) FROM runs").fetchone()[0]
     assert runs == 2
     for value in INJECTION_VALUES:
-        assert summarize(con, value) == []
+        with pytest.raises(WarehouseError, match="no experiment or run named"):  # named back, bound, not run
+            summarize(con, value)
         assert run_query(con, "SELECT count(*) AS n FROM runs WHERE run_id = $r", {"r": value}).rows == [(0,)]
         with pytest.raises(GateError, match="not in the warehouse"):
             gate(con, value, "synth-ckpt-a-skill", bootstrap=0)

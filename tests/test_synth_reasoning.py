@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from shopsim_wh.cli.main import app
-from shopsim_wh.db import connect
+from shopsim_wh.db import connect, install_exports
 from shopsim_wh.export import export
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.synth_reasoning import judge, synthesize
@@ -44,6 +44,7 @@ def synth(tmp_path_factory):
                                          "--runs", RUNS[0], "--runs", RUNS[1], "--format", "json"])
         n_second = len(tap.on("/v1/chat/completions"))
     con = connect(root)
+    install_exports(con)
     con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT unnest(?) AS run_id", [list(RUNS)])
     yield {"root": root, "tap": tap, "first": first, "n_first": n_first, "again": again, "n_second": n_second,
            "tmp": tmp, "con": con}

@@ -292,7 +292,9 @@ def fuzz_ingest(cases: list[tuple[str, list, str | None]], workdir: Path, tpl: d
         by_reader.setdefault(reader, []).append(f)
     for reader, files in by_reader.items():
         summary = ingest(files, workdir / "wh", format=reader, max_field_bytes=max_field_bytes)
-        bad = [x for x in summary.files if x.status != "landed"]
+        # a file whose every record is bad (or was cut off) lands its error rows only: `no_valid_record`
+        bad = [x for x in summary.files if x.status != "landed"
+               and not (x.status == "no_valid_record" and expected.get(str(x.path), (None, None, 1))[2] == 0)]
         res.problems += [f"{reader}: {x.path} {x.status}: {x.message}" for x in bad]
     res.files = len(expected)
     con = connect(workdir / "wh")
