@@ -260,3 +260,26 @@ def test_every_report_query_states_its_grain():
     for f in files:
         head = "\n".join(f.read_text().splitlines()[:6]).lower()
         assert head.startswith("--") and "grain" in head, f"{f.name} must open with a comment stating its grain"
+
+
+def test_exports_section_lists_the_manifests_of_these_runs(wh, con, tmp_path):
+    """--exports: an export of these runs appears with its manifest's figures; one of other runs does not."""
+    from shopsim_wh.errors import ShopsimError
+    from shopsim_wh.export import export
+
+    mine = export("sft-trajectory", con, tmp_path / "exports" / "demo", runs=["demo"])
+    others = [r for (r,) in con.execute("SELECT run_id FROM runs WHERE run_id NOT LIKE 'demo%'").fetchall()]
+    export("sft-trajectory", con, tmp_path / "exports" / "cc", runs=others)
+    rep = build(con, runs=["demo", "demo-skill"], exports=[str(tmp_path / "exports")])
+    sec = next(s for s in rep.sections if s.key == "exports")
+    rows = sec.tables[0].rows
+    manifest = json.loads(Path(mine.manifest).read_text())
+    assert [(r["kind"], r["runs"], r["rows"], r["shards"]) for r in rows] == \
+        [("sft-trajectory", "demo", manifest["rows"], len(manifest["shards"]))]
+    assert rows[0]["snapshot"] == manifest["warehouse"]["snapshot"] and rows[0]["included"] == "nothing private"
+    assert rows[0]["clean for training"] is False  # the demo runs the val split
+    out = tmp_path / "r.html"
+    write_report(con, out, runs=["demo"], exports=[str(tmp_path / "exports")])
+    assert "Training-data exports" in out.read_text() and str(tmp_path / "exports" / "demo") in out.read_text()
+    with pytest.raises(ShopsimError, match="no such file or directory"):
+        build(con, runs=["demo"], exports=[str(tmp_path / "nowhere")])

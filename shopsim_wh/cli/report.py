@@ -46,6 +46,7 @@ def report(
     seed: Annotated[int, typer.Option(help="Gate: bootstrap seed.")] = 0,
     fmt: Annotated[str, typer.Option("--format", "-f", help="text or json (one JSON summary object on stdout).")] = "text",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; with text, print only the output path.")] = False,
+    exports: Annotated[list[str] | None, typer.Option("--exports", help="Directory of `shopsim-wh export` shards (manifests at any depth; repeatable): list the exports of these runs.")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Write an offline HTML report: run summary, reward and success with SEM, r_* components, endings, error
@@ -74,7 +75,7 @@ def report(
         raise ShopsimError(f"no warehouse at {root}; pass --warehouse or run `shopsim-wh run configs/demo.yaml` first")
     run_ids = [r.strip() for item in runs or [] for r in item.split(",") if r.strip()] or None
     options = {"runs": run_ids, "experiment": experiment, "gate": _parse_gate(gate), "prices": _parse_prices(price),
-               "bootstrap": bootstrap, "seed": seed, "warehouse": str(Path(root).resolve())}
+               "bootstrap": bootstrap, "seed": seed, "warehouse": str(Path(root).resolve()), "exports": exports}
     with Progress(TextColumn("[bold]report[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
                   disable=quiet, transient=True) as bar:

@@ -17,6 +17,7 @@ from .. import __version__
 from ..errors import ShopsimError
 from . import charts, queries
 from .charts import Chart
+from .exports_section import export_rows, read_manifests
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is being built)
 MAX_K = 16  # longest pass@k curve drawn
@@ -242,13 +243,27 @@ def _coding_section(con) -> Section | None:
     return s
 
 
+def _exports_section(manifests, run_ids: list[str]) -> Section:
+    rows = export_rows(manifests, run_ids)
+    s = Section("exports", "Training-data exports", "The `shopsim-wh export` shards made from these runs, from their "
+                "manifest.json: rows, shards, the snapshot read, what private text was let in (nothing by default) "
+                "and whether no val/test task is in it (docs/export.md).")
+    if rows:
+        s.tables.append(Table("Exports", list(rows[0]), rows))
+    else:
+        s.notes.append(f"none of the {len(manifests)} manifest(s) given reads these runs")
+    return s
+
+
 def build(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None, experiment: str | None = None,
           gate: tuple[str, str] | None = None, prices: dict[str, tuple[float, float]] | None = None,
-          bootstrap: int = 1000, seed: int = 0, warehouse: str = "", progress: Progress | None = None) -> Report:
+          bootstrap: int = 1000, seed: int = 0, warehouse: str = "", progress: Progress | None = None,
+          exports: list[str] | None = None) -> Report:
     """Build the report's sections over an open connection (:func:`shopsim_wh.db.connect`).
 
     ``gate``: (bare run, treatment run) for the paired-gate section. ``prices``: model -> (USD per Mtok in, out)
-    added to ``model_prices`` on this connection.
+    added to ``model_prices`` on this connection. ``exports``: directories (or manifest files) of
+    ``shopsim-wh export`` runs; the exports that read these runs get a section of their own.
     """
     from .gate_section import gate_section
 
@@ -265,6 +280,9 @@ def build(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None, experim
         ("endings and errors", _failures_section), *rollout[1:], ("coding sessions", _coding_section)]
     if gate:
         steps.insert(len(steps) - 1, ("paired gate", lambda c: gate_section(c, gate[0], gate[1], bootstrap, seed)))
+    if exports:
+        manifests = read_manifests(exports)  # read before the work: a wrong path fails at once
+        steps.append(("exports", lambda c: _exports_section(manifests, run_ids)))
     sections, gate_info = [], None
     for i, (label, fn) in enumerate(steps):
         if progress:
