@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,8 +48,19 @@ class ExportResult:
         return asdict(self)
 
 
-def _open(warehouse):
-    """A connection on the warehouse's current snapshot, and that snapshot's version."""
+def _memory_config(spill_dir: str) -> dict:
+    """An export connection spills to its own ``spill_dir`` (removed afterwards); ``SHOPSIM_WH_EXPORT_MEMORY``
+    (e.g. ``4GB``) caps DuckDB's memory. Not every operator of the kinds' views can spill (the list and string
+    aggregates that assemble whole conversations cannot), so too low a cap fails the export with DuckDB's
+    out-of-memory error instead of bounding it; without the variable DuckDB's own default (80% of RAM) holds."""
+    cfg = {"temp_directory": spill_dir, "preserve_insertion_order": False}
+    if os.environ.get("SHOPSIM_WH_EXPORT_MEMORY"):
+        cfg["memory_limit"] = os.environ["SHOPSIM_WH_EXPORT_MEMORY"]
+    return cfg
+
+
+def _open(warehouse, spill_dir: str):
+    """A connection on the warehouse's current snapshot (spilling to ``spill_dir``), and that snapshot's version."""
     import duckdb
 
     from ..db import SMALL_TABLE_BYTES, install_exports, install_views
@@ -61,7 +74,7 @@ def _open(warehouse):
         raise ExportError(f"no warehouse at {warehouse}; point --warehouse at one built by `run` or `ingest`")
     wh = Warehouse(warehouse)
     snap = wh.snapshot()
-    con = duckdb.connect()
+    con = duckdb.connect(config=_memory_config(spill_dir))
     con.execute("SET parquet_metadata_cache = true")
     con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
     install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
@@ -114,7 +127,18 @@ def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, expe
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} is not empty; choose a new --out directory (an export never mixes with old shards)")
-    con, snapshot, root = _open(warehouse)
+    spill = tempfile.mkdtemp(prefix="shopsim-wh-export-")
+    try:
+        return _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_rows, window, max_tokens,
+                       allow_test, include_reasoning, include_persona, gamma, min_margin, min_step_margin,
+                       progress, t0)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_rows, window, max_tokens, allow_test,
+            include_reasoning, include_persona, gamma, min_margin, min_step_margin, progress, t0) -> ExportResult:
+    con, snapshot, root = _open(warehouse, spill)
     params = {"export_window": window, "export_max_tokens": max_tokens,
               "export_include_reasoning": bool(include_reasoning), "export_include_persona": bool(include_persona),
               "export_gamma": float(gamma), "export_min_margin": min_margin, "export_min_step_margin": min_step_margin}
@@ -129,6 +153,8 @@ def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, expe
         for name in shadows:
             con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
         con.execute("SET arrow_lossless_conversion = false")
+        if root is not None:  # our own connection: close it before its spill directory goes
+            con.close()
 
 
 def _materialize(con, names: Sequence[str]) -> list[str]:
@@ -141,12 +167,18 @@ def _materialize(con, names: Sequence[str]) -> list[str]:
 
 def _run(con, spec, out, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot, root,
          progress, t0) -> ExportResult:
+    import duckdb
+
     filt = f"WHERE ({expr})" if expr else ""
     try:
         total = con.execute(f"SELECT count(*) FROM {spec.view} {filt}").fetchone()[0]
-    except Exception as exc:  # a bad expression surfaces here, from DuckDB's binder
+    except (duckdb.BinderException, duckdb.ParserException, duckdb.ConversionException) as exc:
+        # a bad expression surfaces here, from DuckDB's binder
         raise ExportError(f"cannot read kind {spec.name} with --where {expr!r}: {exc}; "
                           f"fix the expression (filter columns: {', '.join(spec.filters)})") from exc
+    except duckdb.OutOfMemoryException as exc:
+        raise ExportError(f"kind {spec.name} ran out of memory ({exc}); raise SHOPSIM_WH_EXPORT_MEMORY or export "
+                          "fewer runs at a time (--runs)") from exc
     n_shards = max(1, math.ceil(total / shard_rows))
     described = con.execute(f"DESCRIBE SELECT * FROM {spec.view}").fetchall()
     columns = [r[0] for r in described]
