@@ -46,15 +46,6 @@ tool_lines AS (
     FROM tools
     WHERE run_id IN (SELECT run_id FROM export_scope)
     GROUP BY run_id, episode_id, agent_id
-),
-
-agent AS (
-    SELECT
-        s.run_id, s.episode_id, s.agent_id,
-        coalesce(g.agent_role, CASE WHEN s.agent_id = 'main' THEN 'main' ELSE 'unknown' END) AS agent_role,
-        coalesce(g.depth, CASE WHEN s.agent_id = 'main' THEN 0 ELSE 1 END) AS depth
-    FROM (SELECT DISTINCT run_id, episode_id, agent_id FROM export_messages) AS s
-    LEFT JOIN agents AS g ON g.run_id = s.run_id AND g.episode_id = s.episode_id AND g.agent_id = s.agent_id
 )
 
 SELECT
@@ -72,5 +63,5 @@ SELECT
     CAST(b.est_tokens AS BIGINT) AS est_tokens
 FROM doc_body AS b
 JOIN export_episodes AS e ON e.run_id = b.run_id AND e.episode_id = b.episode_id
-JOIN agent AS a ON a.run_id = b.run_id AND a.episode_id = b.episode_id AND a.agent_id = b.agent_id
+JOIN export_agents AS a ON a.run_id = b.run_id AND a.episode_id = b.episode_id AND a.agent_id = b.agent_id
 LEFT JOIN tool_lines AS t ON t.run_id = b.run_id AND t.episode_id = b.episode_id AND t.agent_id = b.agent_id;
