@@ -35,6 +35,7 @@ from .errors import ConfigError, EnvUnavailable, FingerprintMismatch, TestSplitG
 from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
 from .model import ChatModel
 from .prompts import PromptBuilder
+from .runlock import experiment_lock
 from .runtime import ACTION_PROTOCOL, AgentRuntime, EpisodeRecord
 from .schema import to_arrow
 from .skills import SkillProvider, load_skills
@@ -419,10 +420,11 @@ def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = Non
     if cfg.runtime.executor == "ray":
         from .ray_executor import run_on_ray
 
-        result = run_on_ray(p, wh, load_id, concurrency or cfg.runtime.concurrency, allow_test, progress, on_start)
+        with experiment_lock(wh, p.run_id):
+            result = run_on_ray(p, wh, load_id, concurrency or cfg.runtime.concurrency, allow_test, progress, on_start)
         result.seconds = time.perf_counter() - t0
         return result
-    with wh.writer(grace_s=grace_seconds()) as writer:
+    with experiment_lock(wh, p.run_id), wh.writer(grace_s=grace_seconds()) as writer:
         stored, stored_env, done, attempts = _existing_state(wh, p.run_id)
         check_resume(p.run_id, stored, p.fingerprint_fields)
         start = _Start(stored, stored_env, done, attempts, allow_test, on_start, on_signal)

@@ -126,3 +126,17 @@ def test_a_worker_waits_for_the_lock_past_the_lock_timeout(tmp_path, monkeypatch
     t.join()
     assert time.monotonic() - t0 > 0.5 and out["snap"].version == 1
     assert wh.read("loads", ["load_id"], "r1").column("load_id").to_pylist() == ["l1"]
+
+
+def test_a_second_invocation_of_a_running_experiment_is_refused(tmp_path, monkeypatch):
+    """A Ray driver holds no warehouse lock while its workers run: the experiment lock keeps a second driver
+    (local or Ray) of the same experiment from running the same episodes at the same time."""
+    from shopsim_wh.errors import WarehouseLockedError
+    from shopsim_wh.runlock import experiment_lock
+
+    monkeypatch.setenv("SHOPSIM_WH_LOCK_TIMEOUT_S", "0.2")
+    cfg = load_config(_config(tmp_path / "local.yaml"))
+    with experiment_lock(Warehouse(tmp_path / "wh"), RUN):
+        with pytest.raises(WarehouseLockedError, match=f"experiment '{RUN}' is being run by another process"):
+            run(cfg, str(tmp_path / "wh"))
+    assert not Warehouse(tmp_path / "wh").exists()  # refused before anything was written
