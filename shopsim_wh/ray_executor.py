@@ -135,8 +135,12 @@ def init_ray(address: str | None) -> None:
         raise ConfigError("runtime.executor is 'ray' but Ray is not installed: pip install 'shopsim-wh[ray]' (on the "
                           "driver and on every node of the cluster), or set runtime.executor: local") from None
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False if address is None else None, log_to_driver=True)
+    if ray.is_initialized():
+        return
+    if address is None:  # a new local instance: no dashboard (nothing listens beyond what the run needs)
+        ray.init(include_dashboard=False)
+    else:
+        ray.init(address=address)
 
 
 def _crash_env(index: int) -> dict | None:
@@ -167,10 +171,10 @@ def _remote_parts():
 
 def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_test: bool, progress, on_start) -> RunResult:
     """Run or resume ``p`` across Ray tasks (see the module docstring)."""
-    import ray
-
     cfg = p.cfg
     init_ray(cfg.runtime.ray_address)
+    import ray
+
     started = datetime.now(UTC)
     with wh.writer(grace_s=grace_seconds()) as writer:
         stored, stored_env, done, attempts = _existing_state(wh, p.run_id)
@@ -231,11 +235,10 @@ def _report(sink, progress) -> None:
 
 def _worker_lost(index: int, exc: BaseException) -> str:
     """The run's ``fatal`` line for a worker that raised (its own error, said as it is) or died."""
-    from .errors import ShopsimError
-
     cause = getattr(exc, "cause", None)
-    if isinstance(cause, ShopsimError):
-        return f"Ray worker {index}: {cause}"
+    if isinstance(cause, BaseException):  # the task raised: what it said, with what was kept
+        return (f"Ray worker {index} failed: {type(cause).__name__}: {str(cause)[:500]} (what it committed is kept; "
+                "fix the cause, then run the same command again to resume the rest)")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return (f"Ray worker {index} died ({type(exc).__name__}: {first[:300]}); what it committed is kept: run the same "
             "command again to resume the rest")
