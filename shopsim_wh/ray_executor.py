@@ -106,12 +106,18 @@ def _worker(cfg: Config, index: int, jobs: list[EpisodeJob], attempts: dict[str,
     p.jobs = list(jobs)
     start = _Start(stored, env_version, set(), dict(attempts), allow_test, None, signals=False, ledger_part=f".w{index}")
 
+    last: list = []  # the latest event sent: calls from one caller run in order, so waiting for it waits for all
+
     def progress(rec) -> None:
         episode = {"reward": rec.episode.get("reward"), "status": rec.episode.get("status")}
-        sink.add.remote(ProgressEvent(rec.job, rec.completed, episode))
+        last[:] = [sink.add.remote(ProgressEvent(rec.job, rec.completed, episode))]
 
     writer = LockPerCommit(Warehouse(root), grace_seconds())
     asyncio.run(_run_async(p, writer, start, load_id, concurrency, progress if sink is not None else None))
+    if last:  # the driver's last drain, after this task returned, sees every event of this worker
+        import ray
+
+        ray.get(last[0])
     return asdict(start.result)
 
 
