@@ -10,7 +10,9 @@ process start-up (the warm-up time is printed apart). Each configuration runs ``
 best and the median wall time, episodes/s (of the best) and the ratios to the single-process runner (best to
 best, median to median), and checks that each Ray run stored the same canonical rows as the single-process one.
 ``--latency-ms`` makes each scripted model answer take that long (a remote model's latency): the runner then
-waits on the model instead of burning CPU.
+waits on the model instead of burning CPU. Ray runs task workers at nice 15 (``RAY_worker_niceness``); on a
+machine shared with other work that starves them against the single-process runner at nice 0, so the bench
+starts Ray with niceness 0 unless ``RAY_worker_niceness`` is set (``--ray-niceness 15`` keeps Ray's default).
 """
 
 from __future__ import annotations
@@ -54,9 +56,14 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8, help="episodes in flight per process")
     ap.add_argument("--latency-ms", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--ray-niceness", type=int, default=0, help="nice value of Ray's task workers (Ray's default: 15)")
     args = ap.parse_args()
+    os.environ.setdefault("RAY_worker_niceness", str(args.ray_niceness))
     workers = [int(w) for w in args.workers.split(",")]
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from shopsim_wh.ray_executor import LOOPBACK_ENV
+
+    for key, value in LOOPBACK_ENV.items():  # before Ray is imported: the local cluster on 127.0.0.1
+        os.environ.setdefault(key, value)
     n, c, lat = args.episodes, args.concurrency, args.latency_ms
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
@@ -79,7 +86,8 @@ def main() -> None:
                 rows.setdefault(label, {t: r for t, r in canonical_rows(root, "bench-ray").items() if t != "runs"})
         ray.shutdown()
     print(f"{n} episodes, concurrency {c} per process, model latency {lat} ms, {os.cpu_count()} cores, "
-          f"{args.repeat} repeats, load average {os.getloadavg()[0]:.1f}")
+          f"{args.repeat} repeats, Ray workers at nice {os.environ['RAY_worker_niceness']}, "
+          f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'executor':<22}{'best s':>8}{'median s':>10}{'episodes/s':>12}{'vs single':>11}{'(median)':>10}")
     best0, med0 = min(walls["single process"]), statistics.median(walls["single process"])
     for label, _ in setups:

@@ -130,9 +130,20 @@ def _merge(total: RunResult, part: dict) -> None:
     total.fatal = total.fatal or part["fatal"]
 
 
+LOOPBACK_ENV = {  # a new local Ray instance of this process: usage statistics off, every socket on loopback
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # no multi-node: Ray binds 127.0.0.1, not the machine's address
+}
+
+
 def init_ray(address: str | None) -> None:
     """Attach to Ray: the running one of this process, ``address`` (``auto``, ``ray://host:port``), or a new
-    local one. Usage statistics stay off unless the user set RAY_USAGE_STATS_ENABLED."""
+    local one on loopback (:data:`LOOPBACK_ENV`, each unless the user set that variable; read when Ray is first
+    imported). Usage statistics stay off unless the user set RAY_USAGE_STATS_ENABLED."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address is None and not os.environ.get("RAY_ADDRESS"):
+        for key, value in LOOPBACK_ENV.items():
+            os.environ.setdefault(key, value)
     try:
         import ray
     except ImportError:
@@ -140,7 +151,6 @@ def init_ray(address: str | None) -> None:
 
         raise ConfigError("runtime.executor is 'ray' but Ray is not installed: pip install 'shopsim-wh[ray]' (on the "
                           "driver and on every node of the cluster), or set runtime.executor: local") from None
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return
     if address is None:  # a new local instance: no dashboard (nothing listens beyond what the run needs)

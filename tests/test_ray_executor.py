@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import ray  # in the `test` extra: never skipped
 import yaml
 
 from shopsim_wh.check import canonical_rows, check
@@ -43,8 +42,14 @@ def _fingerprint(root: Path) -> str:
 
 @pytest.fixture(scope="module")
 def cluster():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from shopsim_wh.ray_executor import LOOPBACK_ENV
+
+    for key, value in LOOPBACK_ENV.items():  # before Ray is imported: every socket of the cluster on 127.0.0.1
+        os.environ.setdefault(key, value)
+    import ray  # in the `test` extra: never skipped
+
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024 * 1024, log_to_driver=False)
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
     yield
     ray.shutdown()
 
