@@ -83,7 +83,7 @@ def main() -> None:
             for label, cfg in setups:
                 root = d / f"{label.replace(' ', '').replace(',', '')}-{i}"
                 walls[label].append(timed_run(cfg, root)[0])
-                rows.setdefault(label, {t: r for t, r in canonical_rows(root, "bench-ray").items() if t != "runs"})
+                rows.setdefault(label, canonical_rows(root, "bench-ray"))
         ray.shutdown()
     print(f"{n} episodes, concurrency {c} per process, model latency {lat} ms, {os.cpu_count()} cores, "
           f"{args.repeat} repeats, Ray workers at nice {os.environ['RAY_worker_niceness']}, "
