@@ -209,9 +209,11 @@ def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_tes
                         str(wh.root), load_id, p.fingerprint_fields, health.get("environment_version"), allow_test,
                         concurrency, sink, _crash_env(i)): i for i in range(n)}
     status = "interrupted"  # unless every worker returned
+    stopped: list[str] = []
+    restore = _stop_on_signals(stopped)
     try:
         pending, lost = list(refs), 0
-        while pending:
+        while pending and not stopped:
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
             _report(sink, progress)
             for ref in ready:
@@ -220,18 +222,36 @@ def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_tes
                 except ray.exceptions.RayError as exc:
                     lost += 1
                     result.fatal = result.fatal or _worker_lost(refs[ref], exc)
+        if stopped:
+            result.interrupted = stopped[0]
+            for ref in pending:
+                ray.cancel(ref, force=True)
         _report(sink, progress)
-        status = "complete" if not lost else "interrupted"
-    except KeyboardInterrupt:
-        result.interrupted = "SIGINT"
-        for ref in refs:
-            ray.cancel(ref, force=True)
+        status = "complete" if not (lost or stopped) else "interrupted"
     finally:
+        restore()
         if sink is not None:
             ray.kill(sink)
         with wh.writer(timeout_s=math.inf, grace_s=grace_seconds()) as writer:
             record_load(writer, p, load_id, stored is not None, started, result.attempted, status)
     return result
+
+
+def _stop_on_signals(stopped: list[str]):
+    """While the workers run, SIGTERM and SIGINT name themselves in ``stopped``; the driver's loop then cancels
+    the Ray tasks (committed episodes stay; those in flight run again on resume) and records the load. (Raising
+    from the handler instead would surface inside Ray's wait as a SystemError.) Returns the restorer."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def stop(signum, _frame):
+        stopped.append(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    return lambda: [signal.signal(sig, handler) for sig, handler in old.items()]
 
 
 async def _open(p: Plan, writer, start: _Start, load_id: str) -> dict:

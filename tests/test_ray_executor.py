@@ -1,6 +1,7 @@
-"""runtime.executor: ray on a real local Ray cluster (2 CPUs, started once for the module): a 2-worker run equals
-the single-process run row for row; a Ray worker process SIGKILLed mid-run loses nothing it acknowledged and the
-resumed run completes it to the same rows; lock waits of a worker never time out."""
+"""runtime.executor: ray on a real local Ray cluster (2 CPUs, on loopback, started once for the module): a 2-worker
+run equals the single-process run row for row; a Ray worker process SIGKILLed mid-run loses nothing it
+acknowledged and the resumed run completes it to the same rows, as after a SIGTERM to the driver; lock waits of a
+worker never time out; a second invocation of a running experiment is refused."""
 
 from __future__ import annotations
 
@@ -147,3 +148,27 @@ def test_a_second_invocation_of_a_running_experiment_is_refused(tmp_path, monkey
         with pytest.raises(WarehouseLockedError, match=f"experiment '{RUN}' is being run by another process"):
             run(cfg, str(tmp_path / "wh"))
     assert not Warehouse(tmp_path / "wh").exists()  # refused before anything was written
+
+
+def test_sigterm_on_the_driver_cancels_the_workers_and_the_resume_completes_the_run(cluster, reference, tmp_path):
+    import signal
+
+    cfg = load_config(_config(tmp_path / "ray.yaml", executor="ray", ray_workers=2))
+    timer, before = [], signal.getsignal(signal.SIGTERM)
+
+    def on_start(todo: int, skipped: int) -> None:  # the driver's handler is installed by now
+        timer.append(threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)))
+        timer[0].start()
+
+    first = run(cfg, str(tmp_path / "wh"), on_start=on_start)
+    timer[0].join()
+    assert first.interrupted == "SIGTERM" and first.exit_code == 143
+    at_stop = check(tmp_path / "wh", tmp_path / "ray.yaml")
+    assert not (at_stop.lost or at_stop.duplicated or at_stop.partial or at_stop.unreadable), at_stop.summary()
+    assert at_stop.missing, "the run finished before the signal: nothing was cancelled"
+    assert Warehouse(tmp_path / "wh").read("loads", ["status"], RUN).column("status").to_pylist() == ["interrupted"]
+    assert signal.getsignal(signal.SIGTERM) == before  # the driver's handler is gone again
+    resumed = run(cfg, str(tmp_path / "wh"))
+    assert resumed.interrupted is None and resumed.skipped == EPISODES - len(at_stop.missing)
+    after = check(tmp_path / "wh", tmp_path / "ray.yaml", against=reference)
+    assert after.ok and not after.missing, after.summary()
