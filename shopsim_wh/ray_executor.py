@@ -20,8 +20,9 @@ that wait never times out). Each worker acknowledges its commits in its own ledg
 ``_ledger/<load_id>.w<n>.jsonl``.
 
 A worker that dies (node lost, OOM-killed) is not retried within the run: what it committed stays, the run
-reports it (``fatal``, exit 1) and the same command resumes the rest, locally or on Ray, since a resume skips
-every episode any worker completed.
+reports it (``fatal``, exit non-zero) and the same command resumes the rest, locally or on Ray, since a resume
+skips every episode any worker completed. SIGTERM or SIGINT on the driver cancels the workers the same way
+(``interrupted``: exit 143 or 130).
 
 Test hook: ``SHOPSIM_WH_RAY_CRASH=<worker>:<point>[:<occurrence>]`` arms the crash point
 (:mod:`shopsim_wh.crash`) in that worker only, in SIGKILL mode: a real Ray worker process dies mid-run.
