@@ -39,6 +39,7 @@ from typing import Any
 
 from .config import Config
 from .jobs import EpisodeJob
+from .runlock import is_url_root
 from .runner import (
     Plan,
     RunResult,
@@ -203,11 +204,12 @@ def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_tes
     if on_start:
         on_start(len(todo), result.skipped)
     n = min(cfg.runtime.ray_workers or max(1, int(ray.cluster_resources().get("CPU", 1))), len(todo))
+    root = str(wh.root) if is_url_root(wh.root) else os.path.abspath(wh.root)  # workers may start elsewhere
     task, sink_cls = _remote_parts()
     sink = sink_cls.remote() if progress else None
     refs = {task.remote(cfg, i, todo[i::n], {j.episode_id: attempts[j.episode_id] for j in todo[i::n]
                                              if j.episode_id in attempts},
-                        str(wh.root), load_id, p.fingerprint_fields, health.get("environment_version"), allow_test,
+                        root, load_id, p.fingerprint_fields, health.get("environment_version"), allow_test,
                         concurrency, sink, _crash_env(i)): i for i in range(n)}
     status = "interrupted"  # unless every worker returned
     stopped: list[str] = []

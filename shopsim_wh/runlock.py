@@ -13,13 +13,18 @@ from .errors import WarehouseLockedError
 from .warehouse import Warehouse
 
 
+def is_url_root(root: str | os.PathLike) -> bool:
+    """True for a ``scheme://`` warehouse root (object storage), False for a file-system path."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:/", str(root)) is not None
+
+
 @contextmanager
 def experiment_lock(wh: Warehouse, run_id: str) -> Iterator[None]:
     """One invocation of an experiment at a time, local or Ray: a Ray driver does not hold the warehouse lock
     while its workers run, so the experiment is locked for the whole invocation (``_catalog/run-<id>.lock``, an
     flock the kernel drops when its holder dies; the same wait as the warehouse lock). On object storage
     (``scheme://`` roots: no flock) this lock is not taken."""
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:/", str(wh.root)):
+    if is_url_root(wh.root):
         yield
         return
     wh.catalog_dir.mkdir(parents=True, exist_ok=True)
