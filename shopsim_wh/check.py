@@ -13,8 +13,9 @@
 * informational: ``unacknowledged`` (stored, not in any ledger line: a crash between ``CURRENT`` and
   the ledger append; allowed), ``missing`` (planned, no completed attempt stored yet: resume runs them).
 
-``canonical_rows`` / ``compare_canonical``: the rows of a run without the columns that depend on timing,
-so a faulted run can be compared with an uninterrupted one of the same config and seeds.
+``canonical_rows`` / ``compare_canonical``: the rows of a run without the columns that depend on timing (and
+``runs.config`` without the execution fields), so a faulted run, or a run on Ray, can be compared with an
+uninterrupted single-process one of the same config and seeds.
 """
 
 from __future__ import annotations
@@ -209,6 +210,9 @@ def _canonical(wh: Warehouse, snap: Snapshot, run_id: str) -> dict[str, list[str
         cols = [f.name for f in spec.arrow_schema if f.name not in TIMING_COLUMNS
                 and not pa.types.is_timestamp(f.type) and f.name != PARTITION_KEY]
         rows = wh.read(table, cols, run_id, snap).drop_columns([PARTITION_KEY]).to_pylist()
+        if table == "runs":  # how and where it ran (executor, concurrency, ...) is not what happened
+            for r in rows:
+                r["config"] = _without_execution_fields(r["config"])
         if table == "observations":
             for r in rows:
                 if r.get("payload"):
@@ -217,6 +221,20 @@ def _canonical(wh: Warehouse, snap: Snapshot, run_id: str) -> dict[str, list[str
                         if isinstance(doc, dict) else doc
         out[table] = sorted(json.dumps(r, sort_keys=True, default=str, ensure_ascii=False) for r in rows)
     return out
+
+
+def _without_execution_fields(config: str | None) -> str | None:
+    """``runs.config`` without the runner's EXECUTION_FIELDS (a run on Ray equals the same config run locally)."""
+    from .runner import EXECUTION_FIELDS
+
+    if not config:
+        return config
+    doc = json.loads(config)
+    for key in EXECUTION_FIELDS:
+        section, _, leaf = key.partition(".")
+        if isinstance(doc.get(section), dict):
+            doc[section].pop(leaf, None)
+    return json.dumps(doc, sort_keys=True)
 
 
 def compare_canonical(a: str | os.PathLike, b: str | os.PathLike, run_id: str) -> dict[str, dict]:

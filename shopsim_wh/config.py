@@ -95,7 +95,10 @@ class Skills(_Strict):
 
 class Runtime(_Strict):
     max_steps: int = Field(30, ge=1, description="Model turns per episode (protocol errors count); when they run out the runtime terminates with `action_limit`.")
-    concurrency: int = Field(8, ge=1, description="Episodes in flight (execution parameter: not in the fingerprint).")
+    concurrency: int = Field(8, ge=1, description="Episodes in flight (execution parameter: not in the fingerprint); with `executor: ray`, per Ray worker.")
+    executor: Literal["local", "ray"] = Field("local", description="`local` = this process runs every episode; `ray` = the job list is split across Ray tasks (`pip install 'shopsim-wh[ray]'`), each running its share with the same runtime and committing its own batches to the warehouse (docs/scale.md, Rollouts on Ray).")
+    ray_address: str | None = Field(None, description="With `executor: ray`: null = start a local Ray (or use the one this process already started); `auto` = the cluster this machine belongs to; `ray://host:10001` = a remote cluster through Ray Client.")
+    ray_workers: int | None = Field(None, ge=1, description="With `executor: ray`: Ray tasks to split the job list across (one CPU each); null = the cluster's CPU count.")
 
 
 class Output(_Strict):

@@ -1,6 +1,7 @@
 """The commit ledger: what each writer acknowledged as committed, for the checker (:mod:`.check`).
 
-``<root>/_ledger/<load_id>.jsonl``, one file per ``run`` / ``ingest`` invocation, append-only. After a
+``<root>/_ledger/<load_id>.jsonl``, one file per ``run`` / ``ingest`` invocation (``<load_id>.w<n>.jsonl`` per
+Ray worker of a run with ``runtime.executor: ray``), append-only. After a
 commit is current (``CURRENT`` names it) the writer appends one JSON line and fsyncs it; only then
 does it count the episodes as done (progress bar, result counts). A line is therefore a promise: the
 checker reports every acknowledged episode the warehouse does not hold as *lost*. The converse is
@@ -31,9 +32,9 @@ LEDGER_DIR = "_ledger"
 class Ledger:
     """One writer invocation's ledger file; :meth:`append` returns once the line is durable."""
 
-    def __init__(self, root: str | os.PathLike, load_id: str):
+    def __init__(self, root: str | os.PathLike, load_id: str, part: str = ""):
         self.dir = Path(root) / LEDGER_DIR
-        self.path = self.dir / f"{load_id}.jsonl"
+        self.path = self.dir / f"{load_id}{part}.jsonl"  # part: one file per Ray worker of an invocation
         self.load_id = load_id
 
     def append(self, entry: dict) -> None:
