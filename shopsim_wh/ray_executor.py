@@ -207,14 +207,14 @@ def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_tes
     root = str(wh.root) if is_url_root(wh.root) else os.path.abspath(wh.root)  # workers may start elsewhere
     task, sink_cls = _remote_parts()
     sink = sink_cls.remote() if progress else None
-    refs = {task.remote(cfg, i, todo[i::n], {j.episode_id: attempts[j.episode_id] for j in todo[i::n]
-                                             if j.episode_id in attempts},
-                        root, load_id, p.fingerprint_fields, health.get("environment_version"), allow_test,
-                        concurrency, sink, _crash_env(i)): i for i in range(n)}
     status = "interrupted"  # unless every worker returned
     stopped: list[str] = []
     restore = _stop_on_signals(stopped)
     try:
+        refs = {task.remote(cfg, i, todo[i::n], {j.episode_id: attempts[j.episode_id] for j in todo[i::n]
+                                                 if j.episode_id in attempts},
+                            root, load_id, p.fingerprint_fields, health.get("environment_version"), allow_test,
+                            concurrency, sink, _crash_env(i)): i for i in range(n)}
         pending, lost = list(refs), 0
         while pending and not stopped:
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
