@@ -5,6 +5,7 @@
 -- filters: level, margin, chosen_value, rejected_value, chosen_n, rejected_n, agent_role, source_format, import_fidelity, est_tokens
 -- description: preference pairs (DPO and the like): a better vs a worse rollout of the same task (trajectory level) and a better vs a worse action from the same state (step level), with the margin
 -- params: export_min_margin, export_min_step_margin, export_max_pairs, export_window, export_max_tokens
+-- batch: task
 --
 -- Shape: TRL's conversational preference type with the shared prompt in its own column (`prompt`; TRL also
 -- reads the variant that folds it into chosen/rejected): prompt JSON[] the shared messages, chosen / rejected

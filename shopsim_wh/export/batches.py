@@ -1,0 +1,156 @@
+"""Bounded memory, one evaluation: a kind is computed per batch of episodes into spill files, then sharded.
+
+1. **Compute** (each row once). The scoped episodes are split into batches of about ``batch_episodes`` by the
+   md5 of the kind's batch key: the episode, or the task for kinds that compare the rollouts of a task
+   (``-- batch: task`` in the kind's header: preference, prm). For each batch the base views the exports read
+   (:data:`SHADOWED`) are shadowed by TEMP views restricted to the batch's episodes, the building blocks are
+   materialized for that batch alone, and the kind's rows (with their JSONL line and an md5 key over the sample
+   columns) go to one spill Parquet file. A query so holds one batch's conversations: the list and string
+   aggregates that cannot spill stay bounded however large the warehouse grows.
+2. **Count** from the spill files' narrow columns: the rows (which size the shards) and the sample keys seen
+   more than once with the smallest ``sample_id`` of each (exact duplicates are removed across the whole export).
+3. **Shard**: per shard, the spill rows of its episodes (``md5_number(episode_id) % shards``) ordered by
+   ``sample_id``, streamed to the shard writer. A sort of one shard at a time: DuckDB spills it past its limit.
+
+The output does not depend on the batches (rows are re-sharded by episode and sorted), so it is byte-identical
+to a one-batch export; tests hold that.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..db import sql_string
+from .registry import Kind
+from .writer import DUP, SHARD
+
+DEFAULT_BATCH_EPISODES = 500
+# The base views the export views read whose rows belong to one episode: shadowed per batch.
+SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
+KEY = "__key"
+
+
+def batch_episodes() -> int:
+    """Episodes per batch: ``SHOPSIM_WH_EXPORT_BATCH_EPISODES`` or :data:`DEFAULT_BATCH_EPISODES`."""
+    raw = os.environ.get("SHOPSIM_WH_EXPORT_BATCH_EPISODES")
+    try:
+        n = int(raw) if raw else DEFAULT_BATCH_EPISODES
+    except ValueError:
+        n = 0
+    if n < 1:
+        from .registry import ExportError
+
+        raise ExportError(f"SHOPSIM_WH_EXPORT_BATCH_EPISODES must be a positive integer, not {raw!r}")
+    return n
+
+
+def plan(con, spec: Kind, per_batch: int) -> int:
+    """Fill TEMP TABLE export_batch_plan (run_id, episode_id, batch) for the scoped episodes; return the batches."""
+    n = con.execute("SELECT count(*) FROM episodes WHERE run_id IN (SELECT run_id FROM export_scope)").fetchone()[0]
+    batches = max(1, math.ceil(n / per_batch))
+    key = ("coalesce(CAST(task_id AS VARCHAR), chr(0))" if spec.batch == "task"
+           else "run_id || '/' || episode_id")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE export_batch_plan AS
+        SELECT run_id, episode_id, CAST(md5_number({key}) % {batches} AS INTEGER) AS batch
+        FROM episodes WHERE run_id IN (SELECT run_id FROM export_scope)""")
+    return batches
+
+
+def shadow(con, db: str) -> None:
+    """TEMP views over the :data:`SHADOWED` base views, restricted to the episodes of TEMP TABLE export_batch."""
+    con.execute("CREATE OR REPLACE TEMP TABLE export_batch (run_id VARCHAR, episode_id VARCHAR)")
+    for name in SHADOWED:
+        con.execute(f"""CREATE OR REPLACE TEMP VIEW {name} AS
+            SELECT t.* FROM {db}.main.{name} AS t
+            SEMI JOIN export_batch AS b ON b.run_id = t.run_id AND b.episode_id = t.episode_id""")
+
+
+def unshadow(con) -> None:
+    for name in SHADOWED:
+        con.execute(f"DROP VIEW IF EXISTS temp.main.{name}")
+    for name in ("export_batch", "export_batch_plan", "export_dupkeys"):
+        con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
+
+
+def select_batch(con, batch: int) -> None:
+    con.execute("DELETE FROM export_batch")
+    con.execute("INSERT INTO export_batch SELECT run_id, episode_id FROM export_batch_plan WHERE batch = ?", [batch])
+
+
+def sample_key(spec: Kind) -> str:
+    parts = [f"coalesce(CAST({c} AS VARCHAR), chr(0))" for c in spec.sample]
+    return "md5(" + " || chr(31) || ".join(parts) + ")"
+
+
+def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str]) -> str:
+    """Phase 1's query: the kind's rows with the sample key and, for JSONL, the line text."""
+    filt = f"WHERE ({where})" if where else ""
+    extra = ""
+    if fmt == "jsonl" and not spec.record:
+        line = (f"CAST({spec.line} AS VARCHAR)" if spec.line else
+                "CAST(to_json(struct_pack(" + ", ".join(f'"{c}" := "{c}"' for c in columns) + ")) AS VARCHAR)")
+        extra = f", {line} AS __line"
+    tail = f", 0 AS {SHARD}, 1 AS {DUP}" if spec.record else ""  # record_batches carries them through
+    return f"SELECT *{extra}, {sample_key(spec)} AS {KEY}{tail} FROM {spec.view} {filt}"
+
+
+def spill_batch(con, spec: Kind, query: str, path: Path, fmt: str, params: dict) -> None:
+    """Write one batch's rows to ``path``: DuckDB's COPY for SQL kinds, the record builder for record kinds."""
+    if not spec.record:
+        con.execute(f"COPY ({query}) TO {sql_string(str(path))} (FORMAT parquet)")
+        return
+    from .records import record_batches
+
+    reader = record_batches(con, query, spec.record, fmt, reasoning=bool(params["export_include_reasoning"]),
+                            persona=bool(params["export_include_persona"]))
+    keep = [n for n in reader.schema.names if n not in (SHARD, DUP)]
+    schema = pa.schema([reader.schema.field(n) for n in keep])
+    with pq.ParquetWriter(path, schema) as w:
+        for batch in reader:
+            w.write_batch(pa.RecordBatch.from_arrays([batch.column(n) for n in keep], schema=schema))
+
+
+def count(con, files: list[Path]) -> int:
+    """Rows in the spill files; fills TEMP TABLE export_dupkeys (sample keys seen more than once, with the
+    ``sample_id`` kept: the smallest)."""
+    src = _source(files)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE export_dupkeys AS
+        SELECT {KEY}, min(sample_id) AS keep FROM {src} GROUP BY {KEY} HAVING count(*) > 1""")
+    return con.execute(f"SELECT count(*) FROM {src}").fetchone()[0]
+
+
+def _source(files: list[Path]) -> str:
+    return "read_parquet([" + ", ".join(sql_string(str(f)) for f in files) + "])"
+
+
+def shard_reader(con, files: list[Path], n_shards: int, batch_rows: int,
+                 on_shard: Callable[[int], None] | None = None) -> pa.RecordBatchReader:
+    """The spill rows shard by shard, each ordered by sample_id, with ``__shard`` and ``__dup`` (2 = a later
+    exact duplicate of a sample key, counted and dropped by the writer)."""
+    src = _source(files)
+
+    def query(s: int) -> str:
+        return f"""
+            SELECT r.* EXCLUDE ({KEY}), CAST({s} AS INTEGER) AS {SHARD},
+                   CASE WHEN d.keep IS NOT NULL AND r.sample_id <> d.keep THEN 2 ELSE 1 END AS {DUP}
+            FROM {src} AS r
+            LEFT JOIN export_dupkeys AS d ON d.{KEY} = r.{KEY}
+            WHERE CAST(md5_number(CAST(r.episode_id AS VARCHAR)) % {int(n_shards)} AS INTEGER) = {s}
+            ORDER BY r.sample_id"""
+
+    first = con.sql(query(0)).to_arrow_reader(batch_rows)
+
+    def gen() -> Iterator[pa.RecordBatch]:
+        for s in range(n_shards):
+            if on_shard:
+                on_shard(s)
+            reader = first if s == 0 else con.sql(query(s)).to_arrow_reader(batch_rows)
+            yield from reader
+
+    return pa.RecordBatchReader.from_batches(first.schema, gen())
