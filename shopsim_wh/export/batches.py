@@ -9,8 +9,10 @@
    aggregates that cannot spill stay bounded however large the warehouse grows.
 2. **Count** from the spill files' narrow columns: the rows (which size the shards) and the sample keys seen
    more than once with the smallest ``sample_id`` of each (exact duplicates are removed across the whole export).
-3. **Shard**: per shard, the spill rows of its episodes (``md5_number(episode_id) % shards``) ordered by
-   ``sample_id``, streamed to the shard writer. A sort of one shard at a time: DuckDB spills it past its limit.
+3. **Shard**: the spill rows in ``sample_id`` order, read in chunks of about :data:`CHUNK_ROWS` rows (ranges
+   of ``sample_id`` cut at exact quantiles), each routed to its shard (``md5_number(episode_id) % shards``) by the
+   writer. Every spill file is sorted by ``sample_id`` with small row groups, so a chunk's range filter reads only
+   the row groups that hold it: one pass, and a sort of one chunk at a time.
 
 The output does not depend on the batches (rows are re-sharded by episode and sorted), so it is byte-identical
 to a one-batch export; tests hold that.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -31,6 +33,8 @@ from .registry import Kind
 from .writer import DUP, SHARD
 
 DEFAULT_BATCH_EPISODES = 500
+CHUNK_ROWS = 8192  # rows a phase-3 query sorts
+SPILL_ROW_GROUP = 2048  # small row groups: tight sample_id ranges in the spill files' statistics
 # The base views the export views read whose rows belong to one episode: shadowed per batch.
 SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
 KEY = "__key"
@@ -97,13 +101,17 @@ def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str]) -> 
                 "CAST(to_json(struct_pack(" + ", ".join(f'"{c}" := "{c}"' for c in columns) + ")) AS VARCHAR)")
         extra = f", {line} AS __line"
     tail = f", 0 AS {SHARD}, 1 AS {DUP}" if spec.record else ""  # record_batches carries them through
-    return f"SELECT *{extra}, {sample_key(spec)} AS {KEY}{tail} FROM {spec.view} {filt}"
+    return f"SELECT *{extra}, {sample_key(spec)} AS {KEY}{tail} FROM {spec.view} {filt} ORDER BY sample_id"
 
 
 def spill_batch(con, spec: Kind, query: str, path: Path, fmt: str, params: dict) -> None:
     """Write one batch's rows to ``path``: DuckDB's COPY for SQL kinds, the record builder for record kinds."""
     if not spec.record:
-        con.execute(f"COPY ({query}) TO {sql_string(str(path))} (FORMAT parquet)")
+        con.execute("SET preserve_insertion_order = true")  # the file keeps the ORDER BY: sorted row groups
+        try:
+            con.execute(f"COPY ({query}) TO {sql_string(str(path))} (FORMAT parquet, ROW_GROUP_SIZE {SPILL_ROW_GROUP})")
+        finally:
+            con.execute("SET preserve_insertion_order = false")
         return
     from .records import record_batches
 
@@ -113,44 +121,52 @@ def spill_batch(con, spec: Kind, query: str, path: Path, fmt: str, params: dict)
     schema = pa.schema([reader.schema.field(n) for n in keep])
     with pq.ParquetWriter(path, schema) as w:
         for batch in reader:
-            w.write_batch(pa.RecordBatch.from_arrays([batch.column(n) for n in keep], schema=schema))
+            w.write_batch(pa.RecordBatch.from_arrays([batch.column(n) for n in keep], schema=schema),
+                          row_group_size=SPILL_ROW_GROUP)
 
 
-def count(con, files: list[Path]) -> int:
-    """Rows in the spill files; fills TEMP TABLE export_dupkeys (sample keys seen more than once, with the
-    ``sample_id`` kept: the smallest)."""
+def count(con, files: list[Path]) -> tuple[int, list[str]]:
+    """(rows in the spill files, the ``sample_id`` chunk bounds); fills TEMP TABLE export_dupkeys (sample keys seen
+    more than once, with the ``sample_id`` kept: the smallest)."""
     src = _source(files)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE export_dupkeys AS
         SELECT {KEY}, min(sample_id) AS keep FROM {src} GROUP BY {KEY} HAVING count(*) > 1""")
-    return con.execute(f"SELECT count(*) FROM {src}").fetchone()[0]
+    total = con.execute(f"SELECT count(*) FROM {src}").fetchone()[0]
+    bounds = [r[0] for r in con.execute(f"""
+        SELECT sample_id FROM (SELECT sample_id, row_number() OVER (ORDER BY sample_id) AS rn FROM {src})
+        WHERE rn % {CHUNK_ROWS} = 1 AND rn > 1 ORDER BY sample_id""").fetchall()]
+    return total, sorted(set(bounds))
 
 
 def _source(files: list[Path]) -> str:
     return "read_parquet([" + ", ".join(sql_string(str(f)) for f in files) + "])"
 
 
-def shard_reader(con, files: list[Path], n_shards: int, batch_rows: int,
-                 on_shard: Callable[[int], None] | None = None) -> pa.RecordBatchReader:
-    """The spill rows shard by shard, each ordered by sample_id, with ``__shard`` and ``__dup`` (2 = a later
-    exact duplicate of a sample key, counted and dropped by the writer)."""
+def ordered_reader(con, files: list[Path], n_shards: int, bounds: list[str], batch_rows: int) -> pa.RecordBatchReader:
+    """Every spill row in ``sample_id`` order with its ``__shard`` and ``__dup`` (2 = a later exact duplicate of a
+    sample key, counted and dropped by the writer), one ``sample_id`` range per query."""
     src = _source(files)
+    edges = [None, *bounds, None]
 
-    def query(s: int) -> str:
+    def query(lo, hi) -> str:
+        cond = " AND ".join([*([f"r.sample_id >= {sql_string(lo)}"] if lo is not None else []),
+                             *([f"r.sample_id < {sql_string(hi)}"] if hi is not None else [])]) or "true"
         return f"""
-            SELECT r.* EXCLUDE ({KEY}), CAST({s} AS INTEGER) AS {SHARD},
+            SELECT r.* EXCLUDE ({KEY}),
+                   CAST(md5_number(CAST(r.episode_id AS VARCHAR)) % {int(n_shards)} AS INTEGER) AS {SHARD},
                    CASE WHEN d.keep IS NOT NULL AND r.sample_id <> d.keep THEN 2 ELSE 1 END AS {DUP}
             FROM {src} AS r
             LEFT JOIN export_dupkeys AS d ON d.{KEY} = r.{KEY}
-            WHERE CAST(md5_number(CAST(r.episode_id AS VARCHAR)) % {int(n_shards)} AS INTEGER) = {s}
+            WHERE {cond}
             ORDER BY r.sample_id"""
 
-    first = con.sql(query(0)).to_arrow_reader(batch_rows)
+    def reader(i: int) -> pa.RecordBatchReader:
+        return con.sql(query(edges[i], edges[i + 1])).to_arrow_reader(batch_rows)
+
+    first = reader(0)
 
     def gen() -> Iterator[pa.RecordBatch]:
-        for s in range(n_shards):
-            if on_shard:
-                on_shard(s)
-            reader = first if s == 0 else con.sql(query(s)).to_arrow_reader(batch_rows)
-            yield from reader
+        for i in range(len(edges) - 1):
+            yield from (first if i == 0 else reader(i))
 
     return pa.RecordBatchReader.from_batches(first.schema, gen())

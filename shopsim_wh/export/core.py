@@ -194,11 +194,11 @@ def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, se
          root, blocks, progress, t0) -> ExportResult:
     columns = _columns(con, spec)
     files = _compute(con, spec, spill, format, expr, params, blocks, columns)
-    total = batches.count(con, files)
+    total, bounds = batches.count(con, files)
     n_shards = max(1, math.ceil(total / shard_rows))
     out.mkdir(parents=True, exist_ok=True)
     con.execute("SET arrow_lossless_conversion = true")  # JSON leaves as arrow.json -> Parquet JSON logical type
-    reader = batches.shard_reader(con, files, n_shards, BATCH_ROWS)
+    reader = batches.ordered_reader(con, files, n_shards, bounds, BATCH_ROWS)
     columns = [n for n in reader.schema.names if not n.startswith("__")]
     done = 0
 
