@@ -124,7 +124,7 @@ def _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_
     bind_params(con, params)
     selected = select_runs(con, runs, experiment, allow_test)
     expr, is_default = where_clause(con, spec, where)
-    blocks = MATERIALIZED + tuple(v for v in spec.materialize if v not in MATERIALIZED)
+    blocks = blocks_of(spec)
     try:
         return _run(con, spec, out, Path(spill), format, shard_rows, expr, is_default, params, selected, runs,
                     experiment, snapshot, root, blocks, progress, t0)
@@ -132,6 +132,8 @@ def _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_
         for name in blocks:
             con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
         batches.unshadow(con)
+        con.execute("SET VARIABLE export_decisions_subset = false")
+        con.execute("DELETE FROM export_decisions_wanted")
         con.execute("SET arrow_lossless_conversion = false")
         if root is not None:  # our own connection: close it before its spill directory goes
             con.close()
@@ -145,6 +147,22 @@ def _materialize(con, names: Sequence[str]) -> list[str]:
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {ident(db)}.main.{name}")
         done.append(name)
     return done
+
+
+def blocks_of(spec: Kind) -> tuple[str, ...]:
+    """The building blocks an export of ``spec`` materializes (per batch)."""
+    return MATERIALIZED + tuple(v for v in spec.materialize if v not in MATERIALIZED)
+
+
+def prepare(con, spec: Kind, blocks: Sequence[str]) -> None:
+    """Materialize ``blocks`` and, for a kind with ``-- decisions: VIEW``, restrict export_decisions to the
+    decisions VIEW lists (on the connection's current scope / batch)."""
+    _materialize(con, blocks)
+    if spec.decisions:
+        con.execute("SET VARIABLE export_decisions_subset = false")
+        con.execute("CREATE OR REPLACE TEMP TABLE export_decisions_wanted AS "
+                    f"SELECT DISTINCT run_id, episode_id, agent_id, step_idx FROM {spec.decisions}")
+        con.execute("SET VARIABLE export_decisions_subset = true")
 
 
 def _columns(con, spec) -> list[str]:
@@ -172,7 +190,7 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> l
     for b in range(n_batches):
         if n_batches > 1:
             batches.select_batch(con, b)
-        _materialize(con, blocks)
+        prepare(con, spec, blocks)
         path = spill / f"batch-{b:05d}.parquet"
         try:
             batches.spill_batch(con, spec, query, path, format, params)
