@@ -150,8 +150,36 @@ def _materialize(con, names: Sequence[str]) -> list[str]:
 
 
 def blocks_of(spec: Kind) -> tuple[str, ...]:
-    """The building blocks an export of ``spec`` materializes (per batch)."""
-    return MATERIALIZED + tuple(v for v in spec.materialize if v not in MATERIALIZED)
+    """The building blocks an export of ``spec`` materializes (per batch): those of :data:`MATERIALIZED` its
+    SQL reads (directly or through other export views), then the kind's own ``materialize`` list."""
+    read = _reads(spec.sql)
+    return tuple(v for v in MATERIALIZED if v in read) + tuple(v for v in spec.materialize if v not in MATERIALIZED)
+
+
+def _reads(sql: str) -> set[str]:
+    """The export_* views ``sql`` names (comments aside), transitively through the views of sql/exports."""
+    import re
+
+    from ..db import sql_dir
+
+    def code(text: str) -> str:
+        return re.sub(r"--[^\n]*", "", text)
+
+    views = {}
+    for f in sorted((sql_dir() / "exports").glob("*.sql")):
+        for stmt in code(f.read_text()).split(";"):
+            m = re.search(r"CREATE OR REPLACE (?:TEMP )?(?:VIEW|TABLE) (export_\w+)", stmt)
+            if m:
+                views[m.group(1)] = stmt
+    seen: set[str] = set()
+    todo = set(re.findall(r"\bexport_\w+", code(sql)))
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo |= set(re.findall(r"\bexport_\w+", views.get(name, "")))
+    return seen
 
 
 def prepare(con, spec: Kind, blocks: Sequence[str]) -> None:
