@@ -1,8 +1,9 @@
 """The child-process harness the export benchmarks share (bench_export.py, bench_export_rl.py).
 
-Each method runs in its own process (``--child NAME``), so its peak RSS (ru_maxrss) is its own; the parent
-generates the synthetic warehouse once, runs the methods, and prints rate, MB/s of output, peak RSS and the
-ratios export/naive and export/copy. ``--sizes N,2N,4N`` runs only the shipped export at several warehouse
+Each method runs in its own process (``--child NAME``), so its peak RSS (ru_maxrss) is its own: the parent
+stays small (it generates the synthetic warehouse in a child too; Linux carries a forking parent's pages into
+the child's ru_maxrss), runs the methods, and prints rate, MB/s of output, peak RSS and the ratios
+export/naive and export/copy. ``--sizes N,2N,4N`` runs only the shipped export at several warehouse
 sizes and prints its peak RSS at each (memory must stay flat as the warehouse grows).
 """
 
@@ -56,17 +57,21 @@ def main(script: str, methods: dict[str, Callable], out_root: Path, generate: Ca
     ap.add_argument("--methods", default="export,copy,naive", help="comma-separated subset of export,copy,naive")
     ap.add_argument("--sizes", help="comma-separated warehouse sizes: export only, peak RSS at each")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--generate", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--wh", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         _child(methods, out_root, a.child, Path(a.wh), a.naive)
         return
+    if a.generate:
+        generate(Path(a.wh), a.generate)
+        return
 
     def warehouse(n: int) -> Path:
         wh = out_root / f"wh-{n}"
-        if not wh.exists():
+        if not wh.exists():  # in a child too: a child forked from a big parent would count its pages in ru_maxrss
             t = time.perf_counter()
-            generate(wh, n)
+            subprocess.run([sys.executable, script, "--generate", str(n), "--wh", str(wh)], check=True)
             print(f"generated {n:,} episodes in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
         return wh
 

@@ -9,7 +9,8 @@
    aggregates that cannot spill stay bounded however large the warehouse grows.
 2. **Count** from the spill files' narrow columns: the rows (which size the shards) and the sample keys seen
    more than once with the smallest ``sample_id`` of each (exact duplicates are removed across the whole export).
-3. **Shard**: the spill rows in ``sample_id`` order, read in chunks of about :data:`CHUNK_ROWS` rows (ranges
+3. **Shard**: the spill rows in ``sample_id`` order, read in chunks of at most :data:`CHUNK_ROWS` rows and
+   about :data:`CHUNK_BYTES` (ranges
    of ``sample_id`` cut at exact quantiles), each routed to its shard (``md5_number(episode_id) % shards``) by the
    writer. Every spill file is sorted by ``sample_id`` with small row groups, so a chunk's range filter reads only
    the row groups that hold it: one pass, and a sort of one chunk at a time.
@@ -33,7 +34,8 @@ from .registry import Kind
 from .writer import DUP, SHARD
 
 DEFAULT_BATCH_EPISODES = 500
-CHUNK_ROWS = 8192  # rows a phase-3 query sorts
+CHUNK_ROWS = 8192  # rows a phase-3 query sorts, at most
+CHUNK_BYTES = 64 << 20  # and about this many uncompressed bytes
 SPILL_ROW_GROUP = 2048  # small row groups: tight sample_id ranges in the spill files' statistics
 # The base views the export views read whose rows belong to one episode: shadowed per batch.
 SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
@@ -119,9 +121,15 @@ def spill_batch(con, spec: Kind, query: str, path: Path, fmt: str, params: dict)
                             persona=bool(params["export_include_persona"]))
     keep = [n for n in reader.schema.names if n not in (SHARD, DUP)]
     schema = pa.schema([reader.schema.field(n) for n in keep])
+
+    def column(batch: pa.RecordBatch, name: str) -> pa.Array:
+        if name == "record" and fmt == "jsonl":  # the line is the record: one copy through the spill
+            return pa.nulls(batch.num_rows, schema.field(name).type)
+        return batch.column(name)
+
     with pq.ParquetWriter(path, schema) as w:
         for batch in reader:
-            w.write_batch(pa.RecordBatch.from_arrays([batch.column(n) for n in keep], schema=schema),
+            w.write_batch(pa.RecordBatch.from_arrays([column(batch, n) for n in keep], schema=schema),
                           row_group_size=SPILL_ROW_GROUP)
 
 
@@ -132,10 +140,17 @@ def count(con, files: list[Path]) -> tuple[int, list[str]]:
     con.execute(f"""CREATE OR REPLACE TEMP TABLE export_dupkeys AS
         SELECT {KEY}, min(sample_id) AS keep FROM {src} GROUP BY {KEY} HAVING count(*) > 1""")
     total = con.execute(f"SELECT count(*) FROM {src}").fetchone()[0]
+    raw = sum(_raw_bytes(f) for f in files)
+    chunk = max(64, min(CHUNK_ROWS, CHUNK_BYTES * max(total, 1) // max(raw, 1)))
     bounds = [r[0] for r in con.execute(f"""
         SELECT sample_id FROM (SELECT sample_id, row_number() OVER (ORDER BY sample_id) AS rn FROM {src})
-        WHERE rn % {CHUNK_ROWS} = 1 AND rn > 1 ORDER BY sample_id""").fetchall()]
+        WHERE rn % {chunk} = 1 AND rn > 1 ORDER BY sample_id""").fetchall()]
     return total, sorted(set(bounds))
+
+
+def _raw_bytes(path: Path) -> int:
+    md = pq.ParquetFile(path).metadata
+    return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
 
 
 def _source(files: list[Path]) -> str:
