@@ -2,8 +2,8 @@
 
 1. **Compute** (each row once). The scoped episodes are split into batches of about ``batch_episodes`` by the
    md5 of the kind's batch key: the episode, or the task for kinds that compare the rollouts of a task
-   (``-- batch: task`` in the kind's header: preference, prm). For each batch the base views the exports read
-   (:data:`SHADOWED`) are shadowed by TEMP views restricted to the batch's episodes, the building blocks are
+   (``-- batch: task`` in the kind's header: preference, prm). The base views the exports read (:data:`SHADOWED`)
+   are copied once, sorted by batch, and for each batch shadowed by TEMP views over that batch's rows, the building blocks are
    materialized for that batch alone, and the kind's rows (with their JSONL line and an md5 key over the sample
    columns) go to one spill Parquet file. A query so holds one batch's conversations: the list and string
    aggregates that cannot spill stay bounded however large the warehouse grows.
@@ -68,25 +68,37 @@ def plan(con, spec: Kind, per_batch: int) -> int:
     return batches
 
 
-def shadow(con, db: str) -> None:
-    """TEMP views over the :data:`SHADOWED` base views, restricted to the episodes of TEMP TABLE export_batch."""
-    con.execute("CREATE OR REPLACE TEMP TABLE export_batch (run_id VARCHAR, episode_id VARCHAR)")
-    for name in SHADOWED:
-        con.execute(f"""CREATE OR REPLACE TEMP VIEW {name} AS
-            SELECT t.* FROM {db}.main.{name} AS t
-            SEMI JOIN export_batch AS b ON b.run_id = t.run_id AND b.episode_id = t.episode_id""")
+def shadow(con, db: str, spill: Path) -> None:
+    """Copy each :data:`SHADOWED` base view's scoped rows once into ``spill``, sorted by batch in small row
+    groups, so that a batch reads its own rows only (row groups pruned on ``__batch``): one pass over the base
+    tables, not one per batch. The sort spills to disk past DuckDB's memory limit."""
+    base = spill / "base"
+    base.mkdir(exist_ok=True)
+    con.execute("SET preserve_insertion_order = true")  # the files keep the ORDER BY
+    try:
+        for name in SHADOWED:
+            con.execute(f"""COPY (
+                SELECT t.*, p.batch AS __batch FROM {db}.main.{name} AS t
+                JOIN export_batch_plan AS p ON p.run_id = t.run_id AND p.episode_id = t.episode_id
+                ORDER BY p.batch) TO {sql_string(str(base / (name + '.parquet')))}
+                (FORMAT parquet, ROW_GROUP_SIZE {SPILL_ROW_GROUP})""")
+    finally:
+        con.execute("SET preserve_insertion_order = false")
 
 
 def unshadow(con) -> None:
     for name in SHADOWED:
         con.execute(f"DROP VIEW IF EXISTS temp.main.{name}")
-    for name in ("export_batch", "export_batch_plan", "export_dupkeys"):
+    for name in ("export_batch_plan", "export_dupkeys"):
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
 
 
-def select_batch(con, batch: int) -> None:
-    con.execute("DELETE FROM export_batch")
-    con.execute("INSERT INTO export_batch SELECT run_id, episode_id FROM export_batch_plan WHERE batch = ?", [batch])
+def select_batch(con, spill: Path, batch: int) -> None:
+    """Point the :data:`SHADOWED` TEMP views at the rows of ``batch``."""
+    for name in SHADOWED:
+        path = sql_string(str(spill / "base" / (name + ".parquet")))
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS "
+                    f"SELECT * EXCLUDE (__batch) FROM read_parquet({path}) WHERE __batch = {int(batch)}")
 
 
 def sample_key(spec: Kind) -> str:

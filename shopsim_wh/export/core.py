@@ -50,15 +50,17 @@ class ExportResult:
         return asdict(self)
 
 
+DEFAULT_MEMORY = "2GB"
+
+
 def _memory_config(spill_dir: str) -> dict:
-    """An export connection spills to its own ``spill_dir`` (removed afterwards); ``SHOPSIM_WH_EXPORT_MEMORY``
-    (e.g. ``4GB``) caps DuckDB's memory. Not every operator of the kinds' views can spill (the list and string
-    aggregates that assemble whole conversations cannot), so too low a cap fails the export with DuckDB's
-    out-of-memory error instead of bounding it; without the variable DuckDB's own default (80% of RAM) holds."""
-    cfg = {"temp_directory": spill_dir, "preserve_insertion_order": False}
-    if os.environ.get("SHOPSIM_WH_EXPORT_MEMORY"):
-        cfg["memory_limit"] = os.environ["SHOPSIM_WH_EXPORT_MEMORY"]
-    return cfg
+    """An export connection spills to its own ``spill_dir`` (removed afterwards) and caps DuckDB's memory at
+    ``SHOPSIM_WH_EXPORT_MEMORY`` (default :data:`DEFAULT_MEMORY`): the sorts of the batched evaluation spill past
+    it. Not every operator of the kinds' views can spill (the list and string aggregates that assemble whole
+    conversations cannot), which is why a kind is computed per batch of episodes (batches.py); a batch too big
+    for the cap fails with an ExportError that says what to lower or raise."""
+    return {"temp_directory": spill_dir, "preserve_insertion_order": False,
+            "memory_limit": os.environ.get("SHOPSIM_WH_EXPORT_MEMORY") or DEFAULT_MEMORY}
 
 
 def _open(warehouse, spill_dir: str):
@@ -212,12 +214,12 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> l
 
     n_batches = batches.plan(con, spec, batches.batch_episodes())
     if n_batches > 1:
-        batches.shadow(con, ident(con.execute("SELECT current_database()").fetchone()[0]))
+        batches.shadow(con, ident(con.execute("SELECT current_database()").fetchone()[0]), spill)
     query = batches.compute_sql(spec, expr, format, columns)
     files = []
     for b in range(n_batches):
         if n_batches > 1:
-            batches.select_batch(con, b)
+            batches.select_batch(con, spill, b)
         prepare(con, spec, blocks)
         path = spill / f"batch-{b:05d}.parquet"
         try:
