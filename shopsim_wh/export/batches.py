@@ -36,6 +36,7 @@ from .writer import DUP, SHARD
 DEFAULT_BATCH_EPISODES = 500
 CHUNK_ROWS = 8192  # rows a phase-3 query sorts, at most
 CHUNK_BYTES = 64 << 20  # and about this many uncompressed bytes
+SHADOW_MEMORY = "512MB"  # DuckDB's memory while the base rows are sorted by batch (once per export)
 SPILL_ROW_GROUP = 2048  # small row groups: tight sample_id ranges in the spill files' statistics
 # The base views the export views read whose rows belong to one episode: shadowed per batch.
 SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
@@ -68,13 +69,16 @@ def plan(con, spec: Kind, per_batch: int) -> int:
     return batches
 
 
-def shadow(con, db: str, spill: Path) -> None:
+def shadow(con, db: str, spill: Path, memory: str | None = None) -> None:
     """Copy each :data:`SHADOWED` base view's scoped rows once into ``spill``, sorted by batch in small row
     groups, so that a batch reads its own rows only (row groups pruned on ``__batch``): one pass over the base
-    tables, not one per batch. The sort spills to disk past DuckDB's memory limit."""
+    tables, not one per batch. The sorts run under :data:`SHADOW_MEMORY` (spilling past it); the memory limit
+    goes back to ``memory`` (default: the current setting) afterwards."""
     base = spill / "base"
     base.mkdir(exist_ok=True)
+    limit = memory or con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     con.execute("SET preserve_insertion_order = true")  # the files keep the ORDER BY
+    con.execute(f"SET memory_limit = '{SHADOW_MEMORY}'")  # these sorts spill early: memory stays flat
     try:
         for name in SHADOWED:
             con.execute(f"""COPY (
@@ -84,6 +88,7 @@ def shadow(con, db: str, spill: Path) -> None:
                 (FORMAT parquet, ROW_GROUP_SIZE {SPILL_ROW_GROUP})""")
     finally:
         con.execute("SET preserve_insertion_order = false")
+        con.execute(f"SET memory_limit = {sql_string(limit)}")
 
 
 def unshadow(con) -> None:

@@ -208,13 +208,13 @@ def _columns(con, spec) -> list[str]:
     return columns
 
 
-def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> list[Path]:
+def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, memory) -> list[Path]:
     """Phase 1 (see batches.py): the kind's rows, one spill file per batch of episodes."""
     import duckdb
 
     n_batches = batches.plan(con, spec, batches.batch_episodes())
     if n_batches > 1:
-        batches.shadow(con, ident(con.execute("SELECT current_database()").fetchone()[0]), spill)
+        batches.shadow(con, ident(con.execute("SELECT current_database()").fetchone()[0]), spill, memory)
     query = batches.compute_sql(spec, expr, format, columns)
     files = []
     for b in range(n_batches):
@@ -240,8 +240,9 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> l
 
 def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot,
          root, blocks, progress, t0) -> ExportResult:
+    memory = _memory_config("")["memory_limit"] if root is not None else None  # ours: the configured cap
     columns = _columns(con, spec)
-    files = _compute(con, spec, spill, format, expr, params, blocks, columns)
+    files = _compute(con, spec, spill, format, expr, params, blocks, columns, memory)
     total, bounds = batches.count(con, files)
     n_shards = max(1, math.ceil(total / shard_rows))
     out.mkdir(parents=True, exist_ok=True)
