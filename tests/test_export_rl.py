@@ -354,10 +354,10 @@ def test_preference_and_prm_rows_render_through_the_chat_templates(exported, tok
     assert all(rendered[("prm", t)] > 0 for t in tokenizers)
 
 
-@pytest.mark.parametrize("kind", ["preference", "prm"])
-def test_task_batches_give_the_bytes_of_one_batch(kind, con, exported, tmp_path, monkeypatch):
-    """preference and prm compare the rollouts of a task: their batches keep a task's episodes together, so an
-    export in many batches equals the one-batch export of the fixture."""
+def test_task_batches_give_the_bytes_of_one_batch(con, exported, tmp_path, monkeypatch):
+    """preference (like prm, same `-- batch: task` header) compares the rollouts of a task: its batches keep a
+    task's episodes together, so an export in many batches equals the one-batch export of the fixture."""
+    kind = "preference"
     runs = [r for (r,) in con.execute("SELECT run_id FROM runs").fetchall()]
     tasks = con.execute("SELECT count(DISTINCT task_id), count(*) FROM episodes").fetchone()
     per_batch = max(1, tasks[1] // 3)
