@@ -37,6 +37,10 @@ RUN_ID_DOC = "Run id: the warehouse partition of the row (taken from the Hive pa
 
 def default_catalog_path(root: str | os.PathLike) -> Path:
     """Where ``shopsim-wh catalog`` writes without ``--out``: ``<warehouse>/catalog.duckdb``."""
+    from .storage import is_url
+
+    if is_url(str(root)):
+        raise WarehouseError(f"{root} is in object storage: pass --out FILE.duckdb for the catalog (a local file)")
     return Path(root) / DEFAULT_NAME
 
 
@@ -143,7 +147,7 @@ def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None)
 
     from .db import ident, install_views, macro_signatures, sql_string
     from .schema import SCHEMA_VERSION, TABLES
-    from .warehouse import Warehouse
+    from .warehouse import Warehouse, location
 
     t0 = time.perf_counter()
     wh = Warehouse(root)
@@ -158,10 +162,11 @@ def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None)
     try:
         con = duckdb.connect(str(tmp))
         try:
+            wh.store.register(con)  # s3://: the file's views need the same registration when reopened (docs/scale.md)
             install_views(con, wh, snap, small_table_bytes=0)
             con.execute("BEGIN")
             con.execute("CREATE TABLE catalog_info (key VARCHAR, value VARCHAR)")
-            info = {"warehouse": str(Path(root).resolve()), "snapshot_version": str(snap.version),
+            info = {"warehouse": location(root), "snapshot_version": str(snap.version),
                     "snapshot_committed_at": str(snap.committed_at), "schema_version": str(SCHEMA_VERSION),
                     "tool_version": __version__, "duckdb_version": duckdb.__version__, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             con.executemany("INSERT INTO catalog_info VALUES (?, ?)", list(info.items()))

@@ -24,7 +24,6 @@ import json
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,7 +31,7 @@ import pyarrow.parquet as pq
 from .committer import SOURCE_FORMAT as RUNNER_FORMAT
 from .ledger import read_ledger
 from .schema import PARTITION_KEY, TABLES
-from .warehouse import Snapshot, Warehouse
+from .warehouse import Snapshot, Warehouse, location
 
 # canonical: these columns depend on when and in which invocation a row was written, not on what happened
 TIMING_COLUMNS = {"load_id", "duration_s", "latency_ms"}
@@ -190,7 +189,7 @@ def canonical_rows(root: str | os.PathLike, run_id: str) -> dict[str, list[str]]
     interrupted, resumed or scheduled."""
     wh = Warehouse(root)
     snap = wh.snapshot()
-    key = (str(Path(root).resolve()), run_id, snap.version, snap.committed_at)
+    key = (location(root), run_id, snap.version, snap.committed_at)
     if key not in _CANONICAL_CACHE:  # a reference warehouse is compared with many faulted ones
         while len(_CANONICAL_CACHE) >= 4:
             _CANONICAL_CACHE.pop(next(iter(_CANONICAL_CACHE)))
