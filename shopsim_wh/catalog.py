@@ -225,7 +225,11 @@ def _comment_all(con, snap, tables, ident, sql_string) -> int:
 def refresh_existing(root: str | os.PathLike, *paths: str | os.PathLike | None) -> list[CatalogInfo]:
     """Rebuild the warehouse's default catalog when it exists, and every path given (a configured
     ``output.catalog``); returns what was written."""
+    from .storage import is_url
+
     targets = [Path(p) for p in paths if p]
+    if is_url(str(root)):  # an object-store warehouse has no default catalog beside it
+        return [build_catalog(root, t) for t in targets]
     default = default_catalog_path(root)
     if default.exists() and all(t.resolve() != default.resolve() for t in targets):
         targets.insert(0, default)

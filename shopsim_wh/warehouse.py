@@ -262,10 +262,13 @@ class Writer:
         size = self.wh.store.place(staged.path, rel, self._placed)
         return FileEntry(rel, run_id, staged.rows, size, compacted, SCHEMA_VERSION)
 
-    def _publish(self, build: Callable[[Snapshot], Snapshot]) -> Snapshot:
+    def _publish(self, build: Callable[[Snapshot], Snapshot] | Snapshot) -> Snapshot:
         """Commit ``build(base)`` as the snapshot after ``base``. Locally ``base`` is this writer's snapshot (the
         lock guarantees it is current); on object storage a lost race re-reads the winner's snapshot and
-        builds again on it (the new files are already placed; only the snapshot document is redone)."""
+        builds again on it (the new files are already placed; only the snapshot document is redone). A plain
+        :class:`Snapshot` is published as it is (no rebuild on a conflict)."""
+        if isinstance(build, Snapshot):
+            build = (lambda fixed: lambda base: fixed)(build)
         base = self.snap
         for attempt in range(MAX_COMMIT_RETRIES):
             snap = build(base)

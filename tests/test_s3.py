@@ -238,3 +238,18 @@ def test_compaction_on_s3_merges_sorted_files_in_the_declared_schema(s3):
     assert t.column("episode_id").to_pylist() == sorted(t.column("episode_id").to_pylist())
     assert vacuum(url, grace_s=0)["removed_files"] == 8
     assert len(_objects(url, "steps")) == 1
+
+
+def test_ingest_into_s3_lands_like_local_and_skips_what_is_there(s3, tmp_path):
+    from shopsim_wh.ingest import ingest, synth_v4
+
+    src = synth_v4.run_dir(tmp_path / "src", n_tasks=4, steps=3)
+    url = _url()
+    first = ingest([src], url, parallel=False)
+    again = ingest([src], url, parallel=False)
+    local = ingest([src], tmp_path / "local", parallel=False)
+    landed = [f for f in first.files if f.status == "landed"]
+    assert landed and [f.episodes for f in landed] == [f.episodes for f in local.files if f.status == "landed"]
+    assert [f.status for f in again.files if f.reader] == ["skipped_same_hash"]
+    assert compare_canonical(tmp_path / "local", url, landed[0].run_id) == {}
+    assert Warehouse(url).store.staged() == []  # the private staging directory is gone with the writer
