@@ -52,7 +52,10 @@ def _attach_s3(con, endpoint: str) -> str:
 
     if duckdb.__version__.startswith("1."):
         host = endpoint.split("://", 1)[1]
-        con.execute("LOAD httpfs")
+        import duckdb_extension_httpfs  # the PyPI package ships the extension binary; LOAD it by path
+
+        ext = f"{duckdb_extension_httpfs.__path__[0]}/extensions/v{duckdb.__version__}/httpfs.duckdb_extension"
+        con.execute(f"LOAD '{ext}'")
         con.execute(f"CREATE SECRET (TYPE s3, KEY_ID 'test', SECRET 'test', REGION 'us-east-1', ENDPOINT '{host}', "
                     "URL_STYLE 'path', USE_SSL false)")
         return "httpfs"

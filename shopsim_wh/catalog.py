@@ -162,7 +162,7 @@ def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None)
     try:
         con = duckdb.connect(str(tmp))
         try:
-            wh.store.register(con)  # s3://: the file's views need the same registration when reopened (docs/scale.md)
+            wh.register(con, snap)  # s3://: the file's views need the same registration when reopened (docs/scale.md)
             install_views(con, wh, snap, small_table_bytes=0)
             con.execute("BEGIN")
             con.execute("CREATE TABLE catalog_info (key VARCHAR, value VARCHAR)")

@@ -45,7 +45,7 @@ def merge_sorted(wh, table: str, entries: list, staging_dir: Path, placed: list,
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
         con.execute("SET threads = 2")
-        wh.store.register(con)
+        wh.register(con, Snapshot(tables={table: entries}))
         select = staging_sql(wh, Snapshot(tables={table: entries}), table)
         order = ", ".join(f'"{k}"' for k in spec.sort_key)
         query = f"SELECT * EXCLUDE (run_id) FROM ({select}){' ORDER BY ' + order if order else ''}"
@@ -77,7 +77,7 @@ def merge_sorted(wh, table: str, entries: list, staging_dir: Path, placed: list,
                     write_statistics=True, use_dictionary=[c for c in spec.column_names if c in DICTIONARY_COLUMNS])
             buf.append(batch)
             buf_bytes += batch.nbytes
-            if buf_bytes >= row_group_bytes:
+            if buf_bytes >= row_group_bytes or file_bytes + buf_bytes >= file_target_bytes:
                 flush()
             if file_bytes >= file_target_bytes:
                 writer.close()

@@ -181,12 +181,13 @@ def connect(root: str | os.PathLike, database: str = ":memory:", threads: int | 
             "small_table_bytes needs an in-memory database: a database file's views must outlive this connection; "
             "pass small_table_bytes=0 (or leave it unset) with database=...")
     wh = Warehouse(root)
+    snap = wh.snapshot()
     con = duckdb.connect(database)
-    wh.store.register(con)  # an s3:// warehouse: DuckDB reads its objects through s3fs (docs/scale.md)
+    wh.register(con, snap)  # an s3:// warehouse: DuckDB reads its objects through s3fs (docs/scale.md)
     con.execute("SET parquet_metadata_cache = true")  # footers are read once per connection, not per query
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    install_views(con, wh, small_table_bytes=small_table_bytes)
+    install_views(con, wh, snap, small_table_bytes=small_table_bytes)
     return con
 
 

@@ -197,6 +197,12 @@ class Warehouse:
         """The path or ``s3://`` URL DuckDB reads a snapshot file at."""
         return self.store.reader_path(entry.path)
 
+    def register(self, con, snap: Snapshot | None = None, tables: Iterable[str] | None = None) -> None:
+        """Let DuckDB connection ``con`` read this warehouse's files (for s3://, through s3fs; see storage.py)."""
+        snap = snap or Snapshot()
+        self.store.register(con, {e.path.rsplit("/", 1)[0] for t, es in snap.tables.items()
+                                  if tables is None or t in tables for e in es})
+
     def read(self, table: str, columns: list[str], run_id: str | None = None,
              snap: Snapshot | None = None) -> pa.Table:
         """Some columns of a table's snapshot files (plus ``run_id``), without DuckDB or the views: what a

@@ -77,7 +77,7 @@ def _open(warehouse, spill_dir: str):
     wh = Warehouse(warehouse)
     snap = wh.snapshot()
     con = duckdb.connect(config=_memory_config(spill_dir))
-    wh.store.register(con)
+    wh.register(con, snap)
     con.execute("SET parquet_metadata_cache = true")
     con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
     install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
