@@ -81,7 +81,7 @@ def _readable(wh: Warehouse, snap: Snapshot, report: CheckReport) -> Snapshot:
     for table, entries in snap.tables.items():
         for e in entries:
             try:
-                rows = pq.read_metadata(wh.abspath(e)).num_rows
+                rows = pq.read_metadata(wh.open_input(e)).num_rows
             except (OSError, pa.ArrowException) as exc:
                 report.unreadable.append({"path": e.path, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 continue
@@ -158,6 +158,9 @@ def stray_files(wh: Warehouse, snap: Snapshot) -> list[str]:
     """Files under the warehouse that neither the snapshot nor its pending deletions list: staged or placed
     files of a commit that never became current, temporary catalog files."""
     live = {e.path for es in snap.tables.values() for e in es} | {i["path"] for i in snap.pending_delete}
+    if wh.remote:  # no staging or temporary files in the bucket: uploaded objects no snapshot lists
+        return sorted(rel for table in TABLES for rel, _, _ in wh.store.list(table)
+                      if rel.endswith(".parquet") and rel not in live)
     out = [f.relative_to(wh.root).as_posix() for f in wh.staging_dir.glob("*")] if wh.staging_dir.is_dir() else []
     out += [f.relative_to(wh.root).as_posix() for f in wh.catalog_dir.glob(".*.tmp")]
     for table in TABLES:

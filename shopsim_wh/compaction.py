@@ -45,6 +45,7 @@ def merge_sorted(wh, table: str, entries: list, staging_dir: Path, placed: list,
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
         con.execute("SET threads = 2")
+        con.execute("SET enable_progress_bar = false")  # a long sort would draw one on stdout
         wh.register(con, Snapshot(tables={table: entries}))
         select = staging_sql(wh, Snapshot(tables={table: entries}), table)
         order = ", ".join(f'"{k}"' for k in spec.sort_key)

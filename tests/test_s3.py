@@ -89,6 +89,10 @@ def test_demo_run_into_s3_reads_back_equal_to_local(demo_pair):
     entries, torn = read_ledger(url)
     acked = {e[0] for x in entries if x["writer"] == "run" for e in x["episodes"]}
     assert torn == 0 and len(acked) == remote.completed
+    from shopsim_wh.check import check
+
+    report = check(url)
+    assert report.ok and not report.stray and not report.lost, report
 
 
 def test_readers_on_s3_read_the_snapshot_and_the_sandbox_stays_inside(demo_pair):
@@ -175,6 +179,9 @@ def test_writer_killed_between_upload_and_commit_leaves_nothing_visible(s3):
     assert snap.version == 1 and snap.run_ids() == {"kept"}
     orphans = _objects(url, "episodes/run_id=killed")
     assert len(orphans) == 1, "the killed writer had uploaded its file"
+    from shopsim_wh.check import stray_files
+
+    assert stray_files(wh, snap) == orphans
     assert Warehouse(url).read("episodes", ["episode_id"]).column("run_id").to_pylist() == ["kept"]
     # the next writer keeps it while it may still belong to a live writer, vacuum removes it once old enough
     with wh.writer(grace_s=3600) as w:
