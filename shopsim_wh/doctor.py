@@ -201,7 +201,6 @@ def check_servers(cfg) -> list[Finding]:
 def doctor(root: str | os.PathLike, cfg=None) -> list[Finding]:
     """Every finding on the warehouse at ``root`` (and, with a loaded config, on its servers and catalog)."""
     from .errors import WarehouseError
-
     from .storage import is_url
 
     if is_url(str(root)):
