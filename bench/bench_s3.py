@@ -85,14 +85,29 @@ def build(episodes: int, endpoint: str, work: str) -> dict:
     ep = wh.read("episodes", ["episode_id"], snap=snap).column("episode_id")[0].as_py()
     lists = os.path.join(work, "lists.json")
     json.dump({"steps": [wh.reader_path(e) for e in steps], "episode": ep}, open(lists, "w"))
-    t0 = time.perf_counter()
-    from shopsim_wh.db import connect
+    out = {"url": url, "lists": lists, "write_local_s": round(t_local, 2), "write_s3_s": round(t_s3, 2),
+           "steps_files": len(steps), "steps_bytes": sum(e.bytes for e in steps), "steps_rows": sum(e.rows for e in steps)}
+    for side, root in (("local", os.path.join(work, "local")), ("s3", url)):
+        out[side] = _workload(root, os.path.join(work, f"export-{side}"))
+    return out
 
-    connect(url).close()
-    t_connect = time.perf_counter() - t0
-    return {"url": url, "lists": lists, "write_local_s": round(t_local, 2), "write_s3_s": round(t_s3, 2),
-            "steps_files": len(steps), "steps_bytes": sum(e.bytes for e in steps),
-            "steps_rows": sum(e.rows for e in steps), "connect_s3_s": round(t_connect, 2)}
+
+def _workload(root: str, out_dir: str) -> dict:
+    """connect, run_metrics and the sft-action export on one side (the issue's per-size workload)."""
+    from shopsim_wh.db import connect
+    from shopsim_wh.export import export
+
+    t0 = time.perf_counter()
+    con = connect(root)
+    res = {"connect_s": round(time.perf_counter() - t0, 2)}
+    t0 = time.perf_counter()
+    con.execute("SELECT * FROM run_metrics").fetchall()
+    res["run_metrics_s"] = round(time.perf_counter() - t0, 2)
+    con.close()
+    t0 = time.perf_counter()
+    rows = export("sft-action", root, out_dir).rows
+    res.update(sft_action_s=round(time.perf_counter() - t0, 2), sft_action_rows=rows)
+    return res
 
 
 def main() -> None:

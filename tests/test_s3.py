@@ -265,3 +265,21 @@ def test_ingest_into_s3_lands_like_local_and_skips_what_is_there(s3, tmp_path):
     diff = compare_canonical(tmp_path / "local", url, landed[0].run_id)
     assert set(diff) <= {"runs"}  # a runs row names its own ingest (load_id); every trace row is equal
     assert Warehouse(url).store.staged() == []  # the private staging directory is gone with the writer
+
+
+def test_a_compaction_that_loses_the_race_to_a_removal_swaps_nothing(s3):
+    from shopsim_wh.warehouse import CommitConflict
+
+    url = _url()
+    with Warehouse(url).writer(grace_s=60) as w:
+        w.commit(_batch("r", 0))
+        w.commit(_batch("r", 1))
+    a, b = Warehouse(url), Warehouse(url)
+    with a.writer(grace_s=60) as wa, b.writer(grace_s=60) as wb:
+        wb.commit([], replace_runs=["r"])  # B drops the run while A is about to compact it
+        with pytest.raises(CommitConflict, match="compact it again"):
+            wa.compact("r")
+    snap = Warehouse(url).snapshot()
+    assert snap.run_ids() == set() and snap.version == 3
+    live = {e.path for es in snap.tables.values() for e in es} | {i["path"] for i in snap.pending_delete}
+    assert set(_objects(url, "steps")) <= live, "A's merged files were left behind"
