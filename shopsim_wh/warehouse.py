@@ -19,6 +19,12 @@ invisible (``vacuum`` removes them). Compaction writes the merged files, commits
 swaps them in, and leaves the replaced files on disk for ``grace_s`` seconds so readers that
 opened the previous snapshot finish their queries.
 
+The same logic runs on S3-compatible object storage (``s3://bucket/prefix``): the file-system steps live
+behind :mod:`shopsim_wh.storage` (``LocalStore`` is the protocol above; ``S3Store`` uploads data under
+unique keys and commits by a conditional put of the next snapshot object, a writer that loses the race
+rebuilding its snapshot on the winner's, see :meth:`Writer._publish`). Compaction streams through DuckDB
+(:mod:`shopsim_wh.compaction`).
+
 Every file-system step of a commit, compaction and vacuum is a named crash point
 (:mod:`shopsim_wh.crash`) and reports itself to the power-loss recorder; see docs/durability.md.
 One writer at a time (``_catalog/LOCK``, an ``flock`` the kernel releases when its holder dies): a
