@@ -108,8 +108,9 @@ def test_readers_on_s3_read_the_snapshot_and_the_sandbox_stays_inside(demo_pair)
     other = f"s3://{BUCKET}/elsewhere/x.parquet"
     with pytest.raises(QueryRefused, match="reads only the warehouse"):
         sandbox.execute(sb, f"select * from read_parquet('{other}')")
-    with pytest.raises(QueryRefused):
-        sandbox.execute(sb, f"select * from read_parquet('{url}-sibling/x.parquet')")
+    for outside in (f"{url}-sibling/x.parquet", f"{url}/../elsewhere/x.parquet", f"s3://{BUCKET}/**/*.parquet"):
+        with pytest.raises(QueryRefused):
+            sandbox.execute(sb, f"select * from read_parquet('{outside}')")
 
 
 def test_export_catalog_and_cli_read_an_s3_warehouse(demo_pair, tmp_path):
