@@ -65,15 +65,16 @@ def _attach_s3(con, endpoint: str) -> str:
     return "fsspec-s3fs"
 
 
-def build(episodes: int, endpoint: str, work: str) -> dict:
+def build(episodes: int, endpoint: str, work: str, local: bool = True, exports: bool = True) -> dict:
     from shopsim_wh.analytics.synth import demo_runs, generate
     from shopsim_wh.testing.s3server import make_bucket
 
     make_bucket("bench")
     url = f"s3://bench/wh-{episodes}"
     t0 = time.perf_counter()
-    generate(os.path.join(work, "local"), episodes, runs=demo_runs(), seed=11, repeats=2, coding_episodes=6)
-    t_local = time.perf_counter() - t0
+    if local:
+        generate(os.path.join(work, "local"), episodes, runs=demo_runs(), seed=11, repeats=2, coding_episodes=6)
+    t_local = time.perf_counter() - t0 if local else None
     t0 = time.perf_counter()
     generate(url, episodes, runs=demo_runs(), seed=11, repeats=2, coding_episodes=6)
     t_s3 = time.perf_counter() - t0
@@ -85,10 +86,11 @@ def build(episodes: int, endpoint: str, work: str) -> dict:
     ep = wh.read("episodes", ["episode_id"], snap=snap).column("episode_id")[0].as_py()
     lists = os.path.join(work, "lists.json")
     json.dump({"steps": [wh.reader_path(e) for e in steps], "episode": ep}, open(lists, "w"))
-    out = {"url": url, "lists": lists, "write_local_s": round(t_local, 2), "write_s3_s": round(t_s3, 2),
+    out = {"url": url, "lists": lists, "write_local_s": t_local and round(t_local, 2), "write_s3_s": round(t_s3, 2),
            "steps_files": len(steps), "steps_bytes": sum(e.bytes for e in steps), "steps_rows": sum(e.rows for e in steps)}
     for side, root in (("local", os.path.join(work, "local")), ("s3", url)):
-        out[side] = _workload(root, os.path.join(work, f"export-{side}"))
+        if side == "s3" or local:
+            out[side] = _workload(root, os.path.join(work, f"export-{side}") if exports else None)
     return out
 
 
@@ -104,9 +106,10 @@ def _workload(root: str, out_dir: str) -> dict:
     con.execute("SELECT * FROM run_metrics").fetchall()
     res["run_metrics_s"] = round(time.perf_counter() - t0, 2)
     con.close()
-    t0 = time.perf_counter()
-    rows = export("sft-action", root, out_dir).rows
-    res.update(sft_action_s=round(time.perf_counter() - t0, 2), sft_action_rows=rows)
+    if out_dir:
+        t0 = time.perf_counter()
+        rows = export("sft-action", root, out_dir).rows
+        res.update(sft_action_s=round(time.perf_counter() - t0, 2), sft_action_rows=rows)
     return res
 
 
@@ -117,6 +120,8 @@ def main() -> None:
     ap.add_argument("--endpoint")
     ap.add_argument("--lists")
     ap.add_argument("--other-python", help="a python with DuckDB 1.5.x + duckdb-extension-httpfs")
+    ap.add_argument("--s3-only", action="store_true", help="no local warehouse (write, connect, run_metrics on s3)")
+    ap.add_argument("--no-export", action="store_true", help="skip the sft-action export")
     a = ap.parse_args()
     if a.cmd == "read":
         print(json.dumps(read_side(a.endpoint, a.lists)))
@@ -125,7 +130,7 @@ def main() -> None:
 
     with s3_server() as env, tempfile.TemporaryDirectory() as work:
         os.environ.update(env)
-        res = {"build": build(a.episodes, env["AWS_ENDPOINT_URL"], work)}
+        res = {"build": build(a.episodes, env["AWS_ENDPOINT_URL"], work, not a.s3_only, not a.no_export)}
         for label, py in (("this", sys.executable), ("other", a.other_python)):
             if not py:
                 continue
