@@ -28,7 +28,6 @@ BUCKET = "shopsim-test"
 @pytest.fixture(scope="module")
 def s3():
     """The loopback server for this module, its variables set in this process (and so in its children)."""
-    pytest.importorskip("moto.server")
     from shopsim_wh.testing.s3server import make_bucket, s3_server
 
     with s3_server() as env:
