@@ -25,7 +25,6 @@ import json
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,7 +32,7 @@ import pyarrow.parquet as pq
 from .committer import SOURCE_FORMAT as RUNNER_FORMAT
 from .ledger import read_ledger
 from .schema import PARTITION_KEY, TABLES
-from .warehouse import Snapshot, Warehouse
+from .warehouse import Snapshot, Warehouse, location
 
 # canonical: these columns depend on when and in which invocation a row was written, not on what happened
 TIMING_COLUMNS = {"load_id", "duration_s", "latency_ms"}
@@ -83,7 +82,7 @@ def _readable(wh: Warehouse, snap: Snapshot, report: CheckReport) -> Snapshot:
     for table, entries in snap.tables.items():
         for e in entries:
             try:
-                rows = pq.read_metadata(wh.abspath(e)).num_rows
+                rows = pq.read_metadata(wh.open_input(e)).num_rows
             except (OSError, pa.ArrowException) as exc:
                 report.unreadable.append({"path": e.path, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 continue
@@ -160,6 +159,9 @@ def stray_files(wh: Warehouse, snap: Snapshot) -> list[str]:
     """Files under the warehouse that neither the snapshot nor its pending deletions list: staged or placed
     files of a commit that never became current, temporary catalog files."""
     live = {e.path for es in snap.tables.values() for e in es} | {i["path"] for i in snap.pending_delete}
+    if wh.remote:  # no staging or temporary files in the bucket: uploaded objects no snapshot lists
+        return sorted(rel for table in TABLES for rel, _, _ in wh.store.list(table)
+                      if rel.endswith(".parquet") and rel not in live)
     out = [f.relative_to(wh.root).as_posix() for f in wh.staging_dir.glob("*")] if wh.staging_dir.is_dir() else []
     out += [f.relative_to(wh.root).as_posix() for f in wh.catalog_dir.glob(".*.tmp")]
     for table in TABLES:
@@ -191,7 +193,7 @@ def canonical_rows(root: str | os.PathLike, run_id: str) -> dict[str, list[str]]
     interrupted, resumed or scheduled."""
     wh = Warehouse(root)
     snap = wh.snapshot()
-    key = (str(Path(root).resolve()), run_id, snap.version, snap.committed_at)
+    key = (location(root), run_id, snap.version, snap.committed_at)
     if key not in _CANONICAL_CACHE:  # a reference warehouse is compared with many faulted ones
         while len(_CANONICAL_CACHE) >= 4:
             _CANONICAL_CACHE.pop(next(iter(_CANONICAL_CACHE)))

@@ -102,7 +102,7 @@ class Runtime(_Strict):
 
 
 class Output(_Strict):
-    warehouse: str | None = Field(None, description="Warehouse directory (relative to the working directory); else $SHOPSIM_WH_HOME, else ./warehouse.")
+    warehouse: str | None = Field(None, description="Warehouse directory (relative to the working directory) or s3://bucket/prefix (endpoint, region and credentials from the AWS environment variables or profile; docs/scale.md); else $SHOPSIM_WH_HOME, else ./warehouse.")
     catalog: str | None = Field(None, description="BI catalog file (a DuckDB database, relative to the working directory) that `run` rebuilds after it commits (`shopsim-wh catalog`, docs/bi.md); null = none. The warehouse's own `<warehouse>/catalog.duckdb` is refreshed whenever it exists.")
 
 

@@ -74,16 +74,19 @@ def _open(warehouse, spill_dir: str):
         warehouse.execute("SET enable_progress_bar = false")
         install_exports(warehouse)
         return warehouse, None, None
-    if not Path(warehouse).is_dir():
+    from ..warehouse import location
+
+    if not Warehouse(warehouse).exists():
         raise ExportError(f"no warehouse at {warehouse}; point --warehouse at one built by `run` or `ingest`")
     wh = Warehouse(warehouse)
     snap = wh.snapshot()
     con = duckdb.connect(config=_memory_config(spill_dir))
+    wh.register(con, snap)
     con.execute("SET parquet_metadata_cache = true")
     con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
     install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
     install_exports(con)
-    return con, snap.version, str(Path(warehouse).resolve())
+    return con, snap.version, location(warehouse)
 
 
 def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, experiment: str | None = None,
