@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .errors import WarehouseLockedError
+from .fsio import held_flock
 from .warehouse import Warehouse
 
 
@@ -28,22 +26,10 @@ def experiment_lock(wh: Warehouse, run_id: str) -> Iterator[None]:
         yield
         return
     wh.catalog_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(wh.catalog_dir / f"run-{run_id}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    deadline = time.monotonic() + float(os.environ.get("SHOPSIM_WH_LOCK_TIMEOUT_S") or 30)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
-                    raise WarehouseLockedError(
-                        f"experiment {run_id!r} is being run by another process ({holder or 'unknown'}) on {wh.root}; "
-                        "wait for it to finish (it resumes nothing twice), or use another experiment.name") from None
-                time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+
+    def refusal(holder: str) -> str:
+        return (f"experiment {run_id!r} is being run by another process ({holder}) on {wh.root}; "
+                "wait for it to finish (it resumes nothing twice), or use another experiment.name")
+    timeout_s = float(os.environ.get("SHOPSIM_WH_LOCK_TIMEOUT_S") or 30)
+    with held_flock(wh.catalog_dir / f"run-{run_id}.lock", timeout_s, refusal, f"pid {os.getpid()} on {os.uname().nodename}"):
         yield
-    finally:
-        os.close(fd)  # closing the descriptor drops the flock

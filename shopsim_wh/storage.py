@@ -18,7 +18,6 @@ s3fs are imported only when an ``s3://`` warehouse is opened.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import tempfile
@@ -31,8 +30,8 @@ from urllib.parse import urlparse
 
 from . import crash
 from .crash import fs_event
-from .errors import WarehouseError, WarehouseLockedError
-from .fsio import atomic_write_bytes, fsync_dir, fsync_file, make_dirs, replace, unlink
+from .errors import WarehouseError
+from .fsio import atomic_write_bytes, fsync_dir, fsync_file, held_flock, make_dirs, replace, unlink
 
 _SNAP = re.compile(r"snapshot-(\d+)\.json$")
 KEEP_SNAPSHOTS = 5  # older snapshot objects are pruned (a reader mid-swap needs the last few)
@@ -108,29 +107,14 @@ class LocalStore:
         """The single writer: a lock left by a killed writer is free at once (the kernel drops its flock)."""
         make_dirs(self.catalog_dir)
         make_dirs(self.staging_dir)
-        fd = os.open(self.catalog_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
-                    os.close(fd)
-                    raise WarehouseLockedError(
-                        f"warehouse {self.root} is locked by another writer ({holder or 'unknown'}); one writer at "
-                        "a time: wait for it to finish (or raise $SHOPSIM_WH_LOCK_TIMEOUT_S) or use another --warehouse"
-                    ) from None
-                time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode(), 0)
-        fs_event("root", self.root)
-        try:
+
+        def refusal(holder: str) -> str:
+            return (f"warehouse {self.root} is locked by another writer ({holder}); one writer at a "
+                    "time: wait for it to finish (or raise $SHOPSIM_WH_LOCK_TIMEOUT_S) or use another --warehouse")
+        stamp = f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+        with held_flock(self.catalog_dir / "LOCK", timeout_s, refusal, stamp):
+            fs_event("root", self.root)
             yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
     def place(self, staged: Path, rel: str, placed: list) -> int:
         """fsync the staged file, rename it to ``rel``, fsync the directory; returns its size."""
