@@ -39,7 +39,6 @@ from typing import Any
 
 from .config import Config
 from .jobs import EpisodeJob
-from .runlock import is_url_root
 from .runner import (
     Plan,
     RunResult,
@@ -53,6 +52,7 @@ from .runner import (
     plan,
     record_load,
 )
+from .storage import is_url
 from .warehouse import Warehouse
 
 POLL_S = 0.2  # how often the driver collects progress events and finished workers
@@ -204,7 +204,7 @@ def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_tes
     if on_start:
         on_start(len(todo), result.skipped)
     n = min(cfg.runtime.ray_workers or max(1, int(ray.cluster_resources().get("CPU", 1))), len(todo))
-    root = str(wh.root) if is_url_root(wh.root) else os.path.abspath(wh.root)  # workers may start elsewhere
+    root = str(wh.root) if is_url(wh.root) else os.path.abspath(wh.root)  # workers may start elsewhere
     task, sink_cls = _remote_parts()
     sink = sink_cls.remote() if progress else None
     status = "interrupted"  # unless every worker returned

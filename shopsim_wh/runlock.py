@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .fsio import held_flock
+from .storage import is_url
 from .warehouse import Warehouse
-
-
-def is_url_root(root: str | os.PathLike) -> bool:
-    """True for a ``scheme://`` warehouse root (object storage), False for a file-system path."""
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:/", str(root)) is not None
 
 
 @contextmanager
@@ -22,7 +17,7 @@ def experiment_lock(wh: Warehouse, run_id: str) -> Iterator[None]:
     while its workers run, so the experiment is locked for the whole invocation (``_catalog/run-<id>.lock``, an
     flock the kernel drops when its holder dies; the same wait as the warehouse lock). On object storage
     (``scheme://`` roots: no flock) this lock is not taken."""
-    if is_url_root(wh.root):
+    if is_url(wh.root):
         yield
         return
     wh.catalog_dir.mkdir(parents=True, exist_ok=True)
