@@ -108,21 +108,24 @@ def generator_key() -> str:
     return h.hexdigest()[:16]
 
 
+def generate(code: str, *args) -> None:
+    """Run a generator in its own process: Linux children inherit their parent's peak RSS at fork, so a parent
+    that generated a large warehouse would inflate every measured child's figure."""
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"generation failed:\n{proc.stderr[-3000:]}")
+
+
 def v4_input(work: Path, n: int) -> Path:
-    from shopsim_wh.ingest import synth_v4
-
-    def make(p: Path) -> None:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        synth_v4.write_file(p, n, steps=4, obs_words=60, think_words=40)
-
-    return cached(work / f"v4-{n}.jsonl", {"n": n, "gen": generator_key()}, make)
+    code = ("import sys; from shopsim_wh.ingest import synth_v4; "
+            "synth_v4.write_file(sys.argv[1], int(sys.argv[2]), steps=4, obs_words=60, think_words=40)")
+    return cached(work / f"v4-{n}.jsonl", {"n": n, "gen": generator_key()}, lambda p: generate(code, p, n))
 
 
 def analytics_warehouse(work: Path, n: int) -> Path:
-    from shopsim_wh.analytics import synth
-
-    return cached(work / f"wh-{n}", {"n": n, "gen": generator_key()},
-                  lambda p: synth.generate(p, n, runs=2, steps=15, seed=0, coding_episodes=0))
+    code = ("import sys; from shopsim_wh.analytics import synth; "
+            "synth.generate(sys.argv[1], int(sys.argv[2]), runs=2, steps=15, seed=0, coding_episodes=0)")
+    return cached(work / f"wh-{n}", {"n": n, "gen": generator_key()}, lambda p: generate(code, p, n))
 
 
 def main(argv=None) -> None:
