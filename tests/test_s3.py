@@ -17,10 +17,10 @@ from shopsim_wh import runner
 from shopsim_wh.check import compare_canonical
 from shopsim_wh.config import load_config
 from shopsim_wh.errors import QueryRefused
-from shopsim_wh.schema import TABLES, to_arrow
+from shopsim_wh.schema import TABLES
 from shopsim_wh.warehouse import Warehouse
 
-from .helpers import write_config
+from .helpers import one_episode_batch, read_during_commits, write_config
 
 BUCKET = "shopsim-test"
 
@@ -46,15 +46,6 @@ def s3():
 
 def _url() -> str:
     return f"s3://{BUCKET}/wh-{uuid.uuid4().hex[:8]}"
-
-
-def _batch(run_id: str, i: int, n_steps: int = 3):
-    ep = f"task-{i:06d}__sample-000"
-    return [
-        ("episodes", run_id, to_arrow("episodes", [{"episode_id": ep, "attempt": 1, "status": "completed", "reward": 1.0}])),
-        ("steps", run_id, to_arrow("steps", [{"episode_id": ep, "attempt": 1, "agent_id": "main", "step_idx": s}
-                                             for s in range(n_steps)])),
-    ]
 
 
 def _objects(url: str, prefix: str) -> list[str]:
@@ -132,8 +123,8 @@ def test_two_concurrent_writers_both_commit_without_losing_a_snapshot(s3):
     a, b = Warehouse(url), Warehouse(url)
     # deterministic interleaving: A opens on snapshot 0, B commits snapshot 1, A's commit loses the race for 1
     with a.writer(grace_s=60) as wa, b.writer(grace_s=60) as wb:
-        wb.commit(_batch("rb", 0))
-        snap = wa.commit(_batch("ra", 0))
+        wb.commit(one_episode_batch("rb", 0))
+        snap = wa.commit(one_episode_batch("ra", 0))
     assert snap.version == 2 and {e.run_id for e in snap.files("episodes")} == {"ra", "rb"}
     # and racing for real: two threads, six commits each
     errors = []
@@ -142,7 +133,7 @@ def test_two_concurrent_writers_both_commit_without_losing_a_snapshot(s3):
         try:
             with Warehouse(url).writer(grace_s=60) as w:
                 for i in range(1, 7):
-                    w.commit(_batch(run_id, i))
+                    w.commit(one_episode_batch(run_id, i))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -170,7 +161,7 @@ with Warehouse(sys.argv[1]).writer() as w:
 def test_writer_killed_between_upload_and_commit_leaves_nothing_visible(s3):
     url = _url()
     with Warehouse(url).writer() as w:
-        w.commit(_batch("kept", 0))
+        w.commit(one_episode_batch("kept", 0))
     env = {**os.environ, "SHOPSIM_WH_CRASH": "commit.dir_synced", "SHOPSIM_WH_CRASH_MODE": "kill"}
     p = subprocess.run([sys.executable, "-c", _KILLED, url], env=env, capture_output=True, timeout=120)
     assert p.returncode == -signal.SIGKILL, p.stderr.decode()[-2000:]
@@ -185,7 +176,7 @@ def test_writer_killed_between_upload_and_commit_leaves_nothing_visible(s3):
     assert Warehouse(url).read("episodes", ["episode_id"]).column("run_id").to_pylist() == ["kept"]
     # the next writer keeps it while it may still belong to a live writer, vacuum removes it once old enough
     with wh.writer(grace_s=3600) as w:
-        w.commit(_batch("next", 0))
+        w.commit(one_episode_batch("next", 0))
     assert _objects(url, "episodes/run_id=killed") == orphans
     from shopsim_wh.maintenance import vacuum
 
@@ -200,35 +191,19 @@ def test_readers_during_commits_and_compaction_see_whole_snapshots(s3):
     from shopsim_wh.db import staging_sql
 
     url = _url()
-    stop = threading.Event()
-    seen, errors = [], []
 
-    def read():  # what connect() does for the stg_ views, without the ~100 layered views on top
-        while not stop.is_set():
-            try:
-                wh = Warehouse(url)
-                snap = wh.snapshot()
-                con = duckdb.connect()
-                wh.register(con, snap)
-                seen.append(con.execute(f"select (select count(*) from ({staging_sql(wh, snap, 'episodes')})), "
-                                        f"(select count(*) from ({staging_sql(wh, snap, 'steps')}))").fetchone())
-                con.close()
-            except BaseException as exc:  # pragma: no cover - reported below
-                errors.append(exc)
+    def counts():  # what connect() does for the stg_ views, without the ~100 layered views on top
+        wh = Warehouse(url)
+        snap = wh.snapshot()
+        con = duckdb.connect()
+        try:
+            wh.register(con, snap)
+            return con.execute(f"select (select count(*) from ({staging_sql(wh, snap, 'episodes')})), "
+                               f"(select count(*) from ({staging_sql(wh, snap, 'steps')}))").fetchone()
+        finally:
+            con.close()
 
-    with Warehouse(url).writer(grace_s=60) as w:
-        w.commit(_batch("r", 0))
-        t = threading.Thread(target=read)
-        t.start()
-        i = 0
-        while len(seen) < 3 and i < 200:
-            i += 1
-            w.commit(_batch("r", i))
-            if i % 5 == 0:
-                w.compact("r")
-        stop.set()
-        t.join()
-    assert not errors, errors[0]
+    seen = read_during_commits(url, counts, min_reads=3, max_commits=200, compact_every=5)
     assert len(seen) >= 3 and all(steps == 3 * eps for eps, steps in seen)
 
 
@@ -238,7 +213,7 @@ def test_compaction_on_s3_merges_sorted_files_in_the_declared_schema(s3):
     url = _url()
     with Warehouse(url).writer() as w:
         for i in (5, 3, 9, 1):
-            w.commit(_batch("r", i))
+            w.commit(one_episode_batch("r", i))
     res = compact(url, grace_s=0)
     wh = Warehouse(url)
     snap = wh.snapshot()
@@ -272,8 +247,8 @@ def test_a_compaction_that_loses_the_race_to_a_removal_swaps_nothing(s3):
 
     url = _url()
     with Warehouse(url).writer(grace_s=60) as w:
-        w.commit(_batch("r", 0))
-        w.commit(_batch("r", 1))
+        w.commit(one_episode_batch("r", 0))
+        w.commit(one_episode_batch("r", 1))
     a, b = Warehouse(url), Warehouse(url)
     with a.writer(grace_s=60) as wa, b.writer(grace_s=60) as wb:
         wb.commit([], replace_runs=["r"])  # B drops the run while A is about to compact it
