@@ -16,17 +16,26 @@ peak memory per episode, so a column that stays level as N grows is linear cost,
 
 The last column of the table is the ratio of the per-episode time to the smallest size's: ~1 means linear.
 Warehouses and inputs are cached under --workdir (regenerated when the size or the generators change).
-``--warehouse-uri`` points the analytics steps at another copy of the warehouse (e.g. an ``s3://`` one).
+
+Object storage: ``--s3-loopback`` starts moto's server on loopback (as the tests do) and runs every step against
+``s3://bench-scale``; ``--warehouse-uri s3://bucket/prefix`` does the same against a real bucket (endpoint and
+credentials from the AWS environment). Ingest then writes into ``<uri>/ingested-N`` (the input file stays local;
+deleted after), the analytics steps read ``<uri>/wh-N`` (generated there unless it has a snapshot already) and
+the export writes its files to local disk. Bytes are the objects' sizes.
+
+    python bench/bench_scale.py --sizes 10000,100000 --s3-loopback
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +81,10 @@ done(t, rows=res.rows)
 }
 
 
-def size_of(path: Path) -> int:
+def size_of(path: Path | str) -> int:
+    if "://" in str(path):
+        return sum(size for _, size in objects(str(path)))
+    path = Path(path)
     if path.is_file():
         return path.stat().st_size
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
@@ -122,10 +134,53 @@ def v4_input(work: Path, n: int) -> Path:
     return cached(work / f"v4-{n}.jsonl", {"n": n, "gen": generator_key()}, lambda p: generate(code, p, n))
 
 
-def analytics_warehouse(work: Path, n: int) -> Path:
+def analytics_warehouse(work: Path, n: int, uri: str | None = None) -> str:
     code = ("import sys; from shopsim_wh.analytics import synth; "
             "synth.generate(sys.argv[1], int(sys.argv[2]), runs=2, steps=15, seed=0, coding_episodes=0)")
-    return cached(work / f"wh-{n}", {"n": n, "gen": generator_key()}, lambda p: generate(code, p, n))
+    if uri is None:
+        return str(cached(work / f"wh-{n}", {"n": n, "gen": generator_key()}, lambda p: generate(code, p, n)))
+    from shopsim_wh.warehouse import Warehouse
+
+    url = f"{uri.rstrip('/')}/wh-{n}"
+    if Warehouse(url).store.current() is None:  # object storage: no marker; an existing snapshot is reused
+        t = time.perf_counter()
+        generate(code, url, n)
+        print(f"  generated {url} in {time.perf_counter() - t:.0f} s", flush=True)
+    return url
+
+
+def objects(url: str):
+    """(key, size) of every object under an s3:// prefix."""
+    from shopsim_wh.storage import S3Store
+
+    store = S3Store(url)
+    for page in store.client.get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=store.prefix + "/"):
+        yield from ((o["Key"], o["Size"]) for o in page.get("Contents", []))
+
+
+def remove(target: Path | str) -> None:
+    if "://" not in str(target):
+        shutil.rmtree(target, ignore_errors=True)
+        return
+    from shopsim_wh.storage import S3Store
+
+    store, keys = S3Store(str(target)), [k for k, _ in objects(str(target))]
+    for i in range(0, len(keys), 1000):
+        store.client.delete_objects(Bucket=store.bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]]})
+
+
+@contextmanager
+def object_storage(loopback: bool, uri: str | None):
+    """Yield the s3:// root to use (None: local disk); with ``loopback``, moto's server for the duration."""
+    if not loopback:
+        yield uri
+        return
+    from shopsim_wh.testing.s3server import make_bucket, s3_server
+
+    with s3_server() as env:
+        os.environ.update(env)  # the measured children inherit it
+        make_bucket("bench-scale")
+        yield "s3://bench-scale"
 
 
 def main(argv=None) -> None:
@@ -134,28 +189,34 @@ def main(argv=None) -> None:
     ap.add_argument("--skip", default="", help=f"comma-separated steps to leave out ({', '.join(STEPS)})")
     ap.add_argument("--workdir", default="/tmp/shopsim-wh-bench-scale")
     ap.add_argument("--warehouse-uri", default=None,
-                    help="run the analytics steps on this warehouse instead (same N; e.g. an s3:// copy)")
+                    help="an s3://bucket/prefix to ingest into and read from instead of local disk (see above)")
+    ap.add_argument("--s3-loopback", action="store_true", help="start moto's server on loopback and use it")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
     skip = {s for s in args.skip.split(",") if s}
+    with object_storage(args.s3_loopback, args.warehouse_uri) as uri:
+        print(table(measure(work, sizes, skip, uri)))
+
+
+def measure(work: Path, sizes: list[int], skip: set[str], uri: str | None) -> list[tuple]:
     rows = []
     for n in sizes:
         print(f"{n:,} episodes", flush=True)
         if "ingest" not in skip:
             src = v4_input(work, n)
-            wh = work / f"ingested-{n}"
-            shutil.rmtree(wh, ignore_errors=True)
+            wh = f"{uri.rstrip('/')}/ingested-{n}" if uri else work / f"ingested-{n}"
+            remove(wh)
             r = child("ingest", src, wh)
             rows.append((n, "ingest", r, size_of(src), size_of(wh)))
-            shutil.rmtree(wh, ignore_errors=True)
+            remove(wh)
             print(f"  ingest {r}", flush=True)
         if not {"run_metrics", "gate", "export"} - skip:
             continue
-        wh = args.warehouse_uri or str(analytics_warehouse(work, n))
-        wh_bytes = size_of(Path(wh)) if "://" not in wh else 0
+        wh = analytics_warehouse(work, n, uri)
+        wh_bytes = size_of(wh)
         for step, extra in (("run_metrics", ()), ("gate", (BARE, TREATMENT)), ("export", (work / f"export-{n}",))):
             if step in skip:
                 continue
@@ -164,7 +225,7 @@ def main(argv=None) -> None:
             rows.append((n, step, r, wh_bytes, out_bytes))
             print(f"  {step} {r}", flush=True)
         shutil.rmtree(work / f"export-{n}", ignore_errors=True)
-    print(table(rows))
+    return rows
 
 
 def table(rows: list[tuple]) -> str:
