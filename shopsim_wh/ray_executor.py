@@ -21,8 +21,12 @@ that wait never times out). Each worker acknowledges its commits in its own ledg
 
 A worker that dies (node lost, OOM-killed) is not retried within the run: what it committed stays, the run
 reports it (``fatal``, exit non-zero) and the same command resumes the rest, locally or on Ray, since a resume
-skips every episode any worker completed. SIGTERM or SIGINT on the driver cancels the workers the same way
-(``interrupted``: exit 143 or 130).
+skips every episode any worker completed.
+
+SIGTERM or SIGINT on the driver drains, as in the local runner: the driver tells every worker through the
+run's channel actor, each worker starts no new episode, finishes and commits the ones in flight and returns;
+the driver then records the load (``interrupted``: exit 143 or 130). A second signal cancels the workers at once
+(their in-flight episodes run again on resume; what they committed stays).
 
 Test hook: ``SHOPSIM_WH_RAY_CRASH=<worker>:<point>[:<occurrence>]`` arms the crash point
 (:mod:`shopsim_wh.crash`) in that worker only, in SIGKILL mode: a real Ray worker process dies mid-run.
@@ -33,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import signal
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -92,9 +97,13 @@ class ProgressEvent:
 
 
 def _worker(cfg: Config, index: int, jobs: list[EpisodeJob], attempts: dict[str, int], root: str, load_id: str,
-            stored: dict, env_version: str | None, allow_test: bool, concurrency: int, sink: Any,
+            stored: dict, env_version: str | None, allow_test: bool, concurrency: int, channel: Any, events: bool,
             crash_env: dict | None) -> dict:
-    """One Ray task: run ``jobs`` of the run whose driver wrote ``stored`` (fingerprint fields) and its runs row."""
+    """One Ray task: run ``jobs`` of the run whose driver wrote ``stored`` (fingerprint fields) and its runs row.
+    ``channel`` (the driver's :class:`Channel` actor) takes its progress events when ``events`` and says when
+    the driver was signalled: then the worker starts nothing new and returns once what is in flight is committed."""
+    import ray
+
     from . import crash
     from .errors import ConfigError
 
@@ -105,20 +114,24 @@ def _worker(cfg: Config, index: int, jobs: list[EpisodeJob], attempts: dict[str,
         raise ConfigError(f"Ray worker {index} on {os.uname().nodename} plans another run than the driver (differs in "
                           f"{differ}): every node needs the same split manifest, skill bank and prompt files at the "
                           "same paths, and the same shopsim-wh version")
-    p.jobs = list(jobs)
-    start = _Start(stored, env_version, set(), dict(attempts), allow_test, None, signals=False, ledger_part=f".w{index}")
+    p.jobs = [] if ray.get(channel.stopping.remote()) else list(jobs)  # signalled before this task started
 
+    async def watch(on_signal) -> None:
+        while not (name := await channel.stopping.remote()):
+            await asyncio.sleep(POLL_S)
+        on_signal(signal.Signals[name])
+
+    start = _Start(stored, env_version, set(), dict(attempts), allow_test, None, signals=False, ledger_part=f".w{index}",
+                   watch=watch)
     last: list = []  # the latest event sent: calls from one caller run in order, so waiting for it waits for all
 
     def progress(rec) -> None:
         episode = {"reward": rec.episode.get("reward"), "status": rec.episode.get("status")}
-        last[:] = [sink.add.remote(ProgressEvent(rec.job, rec.completed, episode))]
+        last[:] = [channel.add.remote(ProgressEvent(rec.job, rec.completed, episode))]
 
     writer = LockPerCommit(Warehouse(root), grace_seconds())
-    asyncio.run(_run_async(p, writer, start, load_id, concurrency, progress if sink is not None else None))
+    asyncio.run(_run_async(p, writer, start, load_id, concurrency, progress if events else None))
     if last:  # the driver's last drain, after this task returned, sees every event of this worker
-        import ray
-
         ray.get(last[0])
     return asdict(start.result)
 
@@ -173,9 +186,12 @@ def _remote_parts():
     import ray
 
     @ray.remote(num_cpus=0)
-    class ProgressSink:
+    class Channel:
+        """The driver's side of a run: the workers' progress events, and the signal the driver got (if any)."""
+
         def __init__(self):
             self.events: list = []
+            self.signal: str | None = None
 
         def add(self, event) -> None:
             self.events.append(event)
@@ -184,11 +200,19 @@ def _remote_parts():
             out, self.events = self.events, []
             return out
 
-    return ray.remote(num_cpus=1, max_retries=0)(_worker), ProgressSink
+        def stop(self, name: str) -> None:
+            self.signal = self.signal or name
+
+        def stopping(self) -> str | None:
+            return self.signal
+
+    return ray.remote(num_cpus=1, max_retries=0)(_worker), Channel
 
 
-def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_test: bool, progress, on_start) -> RunResult:
-    """Run or resume ``p`` across Ray tasks (see the module docstring)."""
+def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_test: bool, progress, on_start,
+               on_signal=None) -> RunResult:
+    """Run or resume ``p`` across Ray tasks (see the module docstring). ``on_signal(name, in_flight)`` is told of
+    the first SIGTERM / SIGINT (``in_flight``: at most that many episodes are being finished)."""
     cfg = p.cfg
     init_ray(cfg.runtime.ray_address)
     import ray
@@ -205,8 +229,8 @@ def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_tes
         on_start(len(todo), result.skipped)
     n = min(cfg.runtime.ray_workers or max(1, int(ray.cluster_resources().get("CPU", 1))), len(todo))
     root = str(wh.root) if is_url(wh.root) else os.path.abspath(wh.root)  # workers may start elsewhere
-    task, sink_cls = _remote_parts()
-    sink = sink_cls.remote() if progress else None
+    task, channel_cls = _remote_parts()
+    channel = channel_cls.remote()
     status = "interrupted"  # unless every worker returned
     stopped: list[str] = []
     restore = _stop_on_signals(stopped)
@@ -214,36 +238,40 @@ def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_tes
         refs = {task.remote(cfg, i, todo[i::n], {j.episode_id: attempts[j.episode_id] for j in todo[i::n]
                                                  if j.episode_id in attempts},
                             root, load_id, p.fingerprint_fields, health.get("environment_version"), allow_test,
-                            concurrency, sink, _crash_env(i)): i for i in range(n)}
-        pending, lost = list(refs), 0
-        while pending and not stopped:
+                            concurrency, channel, progress is not None, _crash_env(i)): i for i in range(n)}
+        pending, lost, finished = list(refs), 0, [0]
+        while pending and len(stopped) < 2:  # a first signal drains (the workers return), a second cancels
+            if stopped and result.interrupted is None:
+                result.interrupted = stopped[0]
+                ray.get(channel.stop.remote(stopped[0]))
+                if on_signal:
+                    on_signal(stopped[0], min(len(pending) * concurrency, len(todo) - finished[0]))
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-            _report(sink, progress)
+            _report(channel, progress, finished)
             for ref in ready:
                 try:
                     _merge(result, ray.get(ref))
                 except ray.exceptions.RayError as exc:
                     lost += 1
                     result.fatal = result.fatal or _worker_lost(refs[ref], exc)
-        if stopped:
-            result.interrupted = stopped[0]
-            for ref in pending:
-                ray.cancel(ref, force=True)
-        _report(sink, progress)
+        result.interrupted = stopped[0] if stopped else None
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        _report(channel, progress, finished)
         status = "complete" if not (lost or stopped) else "interrupted"
     finally:
         restore()
-        if sink is not None:
-            ray.kill(sink)
+        ray.kill(channel)
         with wh.writer(timeout_s=math.inf, grace_s=grace_seconds()) as writer:
             record_load(writer, p, load_id, stored is not None, started, result.attempted, status)
     return result
 
 
 def _stop_on_signals(stopped: list[str]):
-    """While the workers run, SIGTERM and SIGINT name themselves in ``stopped``; the driver's loop then cancels
-    the Ray tasks (committed episodes stay; those in flight run again on resume) and records the load. (Raising
-    from the handler instead would surface inside Ray's wait as a SystemError.) Returns the restorer."""
+    """While the workers run, SIGTERM and SIGINT name themselves in ``stopped``; the driver's loop tells the
+    workers to drain at the first and cancels the Ray tasks at the second (committed episodes stay; those in
+    flight then run again on resume). (Raising from the handler instead would surface inside Ray's wait as a
+    SystemError.) Returns the restorer."""
     import signal
     import threading
 
@@ -263,12 +291,13 @@ async def _open(p: Plan, writer, start: _Start, load_id: str) -> dict:
         return await open_run(p, writer, start, env_client, load_id)
 
 
-def _report(sink, progress) -> None:
-    if sink is None:
+def _report(channel, progress, finished: list[int]) -> None:
+    if progress is None:
         return
     import ray
 
-    for event in ray.get(sink.drain.remote()):
+    for event in ray.get(channel.drain.remote()):
+        finished[0] += event.completed
         progress(event)
 
 

@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -280,6 +280,9 @@ class _Start:
     result: RunResult | None = None
     signals: bool = True  # SIGTERM / SIGINT stop the run gracefully (False in a Ray worker: Ray owns its signals)
     ledger_part: str = ""  # a Ray worker's own ledger file: <load_id><part>.jsonl
+    # a Ray worker's stand-in for the signals it cannot receive: awaited beside the episodes, it calls the
+    # signal handler when its driver was signalled (then nothing new starts; what is in flight is committed)
+    watch: Callable[[Callable[[signal.Signals], None]], Awaitable[None]] | None = None
 
 
 async def open_run(p: Plan, writer: Writer, start: _Start, env_client: httpx.AsyncClient, load_id: str) -> dict:
@@ -375,6 +378,7 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
                 abandon()
 
         installed = _install_signals(asyncio.get_running_loop(), on_signal) if start.signals else []
+        watcher = asyncio.create_task(start.watch(on_signal)) if start.watch else None
         try:
             tasks.extend(asyncio.create_task(one(j)) for j in todo)
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)
@@ -384,6 +388,8 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
         finally:
             for sig in installed:
                 asyncio.get_running_loop().remove_signal_handler(sig)
+            if watcher is not None:
+                watcher.cancel()
             committer.closed = True
             committer.wake.set()
             await commit_task
@@ -421,7 +427,8 @@ def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = Non
         from .ray_executor import run_on_ray
 
         with experiment_lock(wh, p.run_id):
-            result = run_on_ray(p, wh, load_id, concurrency or cfg.runtime.concurrency, allow_test, progress, on_start)
+            result = run_on_ray(p, wh, load_id, concurrency or cfg.runtime.concurrency, allow_test, progress, on_start,
+                                on_signal)
         result.seconds = time.perf_counter() - t0
         return result
     with experiment_lock(wh, p.run_id), wh.writer(grace_s=grace_seconds()) as writer:

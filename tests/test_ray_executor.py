@@ -1,7 +1,8 @@
 """runtime.executor: ray on a real local Ray cluster (2 CPUs, on loopback, started once for the module): a 2-worker
 run equals the single-process run row for row; a Ray worker process SIGKILLed mid-run loses nothing it
-acknowledged and the resumed run completes it to the same rows, as after a SIGTERM to the driver; lock waits of a
-worker never time out; a second invocation of a running experiment is refused."""
+acknowledged and the resumed run completes it to the same rows; a SIGTERM to the driver drains the workers (a
+second signal cancels them); lock waits of a worker never time out; a second invocation of a running experiment
+is refused."""
 
 from __future__ import annotations
 
@@ -152,34 +153,56 @@ def test_a_second_invocation_of_a_running_experiment_is_refused(tmp_path, monkey
     assert not Warehouse(tmp_path / "wh").exists()  # refused before anything was written
 
 
-def test_sigterm_on_the_driver_cancels_the_workers_and_a_local_resume_completes_the_run(cluster, tmp_path):
-    """SIGTERM once the first episode is committed (100 ms per model answer: the others are still running)."""
+def _signalled_run(tmp_path, name: str, second: int | None = None):
+    """A 2-worker run (100 ms per model answer) whose driver gets SIGTERM when the first episode has finished
+    (from the progress callback, in the driver's main thread, while its handler is installed), and ``second``
+    (a signal number) as soon as the driver announces the drain."""
     import signal
 
-    name, wh = "raysigterm", Warehouse(tmp_path / "wh")
     cfg = load_config(_config(tmp_path / "ray.yaml", name, 100, executor="ray", ray_workers=2))
-    before = signal.getsignal(signal.SIGTERM)
+    before, told = signal.getsignal(signal.SIGTERM), []
 
-    def kill_after_first_commit() -> None:  # only while the driver's handler is installed: never kill pytest
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if wh.exists() and wh.snapshot().files("episodes", name) and signal.getsignal(signal.SIGTERM) != before:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            time.sleep(0.02)
+    def progress(event) -> None:
+        if not told and signal.getsignal(signal.SIGTERM) != before:
+            told.append("sent")
+            os.kill(os.getpid(), signal.SIGTERM)
 
-    killer = threading.Thread(target=kill_after_first_commit)
-    killer.start()
-    first = run(cfg, str(wh.root))
-    killer.join()
-    assert first.interrupted == "SIGTERM" and first.exit_code == 143
+    def on_signal(sig: str, in_flight: int) -> None:
+        told.append((sig, in_flight))
+        if second is not None:
+            os.kill(os.getpid(), second)
+
+    result = run(cfg, str(tmp_path / "wh"), progress=progress, on_signal=on_signal)
     assert signal.getsignal(signal.SIGTERM) == before  # the driver's handler is gone again
-    at_stop = check(wh.root, tmp_path / "ray.yaml")
-    assert not (at_stop.lost or at_stop.duplicated or at_stop.partial or at_stop.unreadable), at_stop.summary()
-    assert 1 <= EPISODES - len(at_stop.missing) < EPISODES, at_stop.summary()
+    assert told[:1] == ["sent"] and told[1][0] == "SIGTERM" and 1 <= told[1][1] <= 2, told  # 2 workers x 1
+    assert result.interrupted == "SIGTERM" and result.exit_code == 143
+    wh = Warehouse(tmp_path / "wh")
     assert wh.read("loads", ["status"], name).column("status").to_pylist() == ["interrupted"]
+    report = check(wh.root, tmp_path / "ray.yaml")
+    assert not (report.lost or report.duplicated or report.partial or report.unreadable), report.summary()
+    return result, report
+
+
+def test_sigterm_on_the_driver_drains_the_workers_and_a_local_resume_completes_the_run(cluster, tmp_path):
+    """The first SIGTERM: every worker starts nothing new, finishes and commits its episodes in flight, returns."""
+    name = "raysigterm"
+    first, at_stop = _signalled_run(tmp_path, name)
+    stored = EPISODES - len(at_stop.missing)
+    # every episode the workers started was finished and committed (none abandoned), and most never started
+    assert first.fatal is None and first.failed == 0, first
+    assert first.attempted == first.committed == first.completed == stored and 2 <= stored < EPISODES, (first, stored)
     local = load_config(_config(tmp_path / "local.yaml", name, 100))  # resumed by the single-process runner
-    resumed = run(local, str(wh.root), concurrency=8)
-    assert resumed.interrupted is None and resumed.skipped == EPISODES - len(at_stop.missing)
-    after = check(wh.root, tmp_path / "local.yaml")
+    resumed = run(local, str(tmp_path / "wh"), concurrency=8)
+    assert resumed.interrupted is None and resumed.skipped == stored
+    after = check(tmp_path / "wh", tmp_path / "local.yaml")
     assert after.ok and not after.missing and after.stored == EPISODES, after.summary()
+
+
+def test_a_second_signal_on_the_driver_cancels_the_draining_workers(cluster, tmp_path):
+    """SIGINT during the drain: the Ray tasks are cancelled (no worker returns a result), committed ones stay."""
+    import signal
+
+    first, at_stop = _signalled_run(tmp_path, "raysigtwice", second=signal.SIGINT)
+    assert first.interrupted == "SIGTERM"  # the first signal names the interruption
+    assert first.attempted == first.committed == 0, first  # cancelled: no worker returned
+    assert EPISODES - len(at_stop.missing) < EPISODES, at_stop.summary()
