@@ -8,7 +8,8 @@ For each size N, each measurement runs in a fresh subprocess (its peak RSS is it
 peak memory per episode, so a column that stays level as N grows is linear cost, and a flat peak RSS is streaming:
 
 * ingest      ``shopsim_wh.ingest.ingest`` of one ShopSimRL v4 ``traces.jsonl`` of N episodes in the runner's shape
-              (``synth_v4``: 4 steps, short observations, ~8 KB per episode) into an empty warehouse;
+              (``synth_v4``: 4 steps, short observations, ~20 KB per episode; above 20,020 episodes the
+              records of 20,020 tasks repeated under new task ids, see ``write_v4``) into an empty warehouse;
 * run_metrics ``SELECT * FROM run_metrics`` on a fresh connection (views installed; connect time included) over a
               synthetic warehouse of N episodes in two paired runs (``analytics.synth``, 15 steps per episode);
 * gate        the paired bare-vs-skill gate (bootstrap 1000) on the same warehouse, fresh connection;
@@ -128,10 +129,36 @@ def generate(code: str, *args) -> None:
         raise SystemExit(f"generation failed:\n{proc.stderr[-3000:]}")
 
 
+V4 = {"steps": 4, "obs_words": 60, "think_words": 40}
+POOL = 20_020  # distinct records a large input repeats (a multiple of 7 x 11: write_file's error pattern repeats too)
+POOL_BASE, TASK_BASE = 9_000_000, 1_000_000  # 7-digit task ids both: every form of the id in a line has 7 digits
+
+
+def write_v4(path: str, n: int) -> None:
+    """``synth_v4.write_file`` of ``n`` records, streamed; above :data:`POOL` episodes in a tenth of the time: the
+    records of :data:`POOL` tasks are made once and repeated with each copy's task id put in (episode id, call
+    ids, ``idx``, ``task_id``, goal), so every episode is distinct by id while the content, and so the bytes
+    per episode, stays the generator's. Copies ``POOL`` apart share content: beyond zstd's window and Parquet's
+    dictionary page, so they compress no better than distinct ones."""
+    from shopsim_wh.ingest import synth_v4
+
+    if n <= POOL:
+        synth_v4.write_file(path, n, **V4)
+        return
+    pool = []
+    for j in range(POOL):
+        b = synth_v4.line(synth_v4.record(POOL_BASE + j, protocol_error_at=3 if j % 7 == 0 else None,
+                                          length_failure=j % 11 == 5, **V4))
+        pool.append(b.split(str(POOL_BASE + j).encode()))
+    with open(path, "wb") as f:
+        for t in range(n):
+            f.write(str(TASK_BASE + t).encode().join(pool[t % POOL]))
+
+
 def v4_input(work: Path, n: int) -> Path:
-    code = ("import sys; from shopsim_wh.ingest import synth_v4; "
-            "synth_v4.write_file(sys.argv[1], int(sys.argv[2]), steps=4, obs_words=60, think_words=40)")
-    return cached(work / f"v4-{n}.jsonl", {"n": n, "gen": generator_key()}, lambda p: generate(code, p, n))
+    code = "import sys; from bench.bench_scale import write_v4; write_v4(sys.argv[1], int(sys.argv[2]))"
+    key = {"n": n, "gen": generator_key(), **({"pool": POOL} if n > POOL else {})}
+    return cached(work / f"v4-{n}.jsonl", key, lambda p: generate(code, p, n))
 
 
 def analytics_warehouse(work: Path, n: int, uri: str | None = None) -> str:
