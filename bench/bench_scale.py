@@ -239,7 +239,7 @@ def measure(work: Path, sizes: list[int], skip: set[str], uri: str | None) -> li
             r = child("ingest", src, wh)
             rows.append((n, "ingest", r, size_of(src), size_of(wh)))
             remove(wh)
-            print(f"  ingest {r}", flush=True)
+            print(f"  ingest {r} read {rows[-1][3]:,} B, wrote {rows[-1][4]:,} B", flush=True)
         if not {"run_metrics", "gate", "export"} - skip:
             continue
         wh = analytics_warehouse(work, n, uri)
@@ -250,7 +250,7 @@ def measure(work: Path, sizes: list[int], skip: set[str], uri: str | None) -> li
             r = child(step, wh, *extra)
             out_bytes = size_of(work / f"export-{n}") if step == "export" else 0
             rows.append((n, step, r, wh_bytes, out_bytes))
-            print(f"  {step} {r}", flush=True)
+            print(f"  {step} {r} read {wh_bytes:,} B, wrote {out_bytes:,} B", flush=True)
         shutil.rmtree(work / f"export-{n}", ignore_errors=True)
     return rows
 
