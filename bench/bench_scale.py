@@ -96,7 +96,8 @@ def child(step: str, *args: str) -> dict:
                           cwd=REPO)
     if proc.returncode != 0:
         raise SystemExit(f"{step} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    # the result, not DuckDB's progress bar: a long query draws one on stdout (no newline before the result)
+    return json.loads(proc.stdout[proc.stdout.rindex('{"seconds"'):].splitlines()[0])
 
 
 def cached(path: Path, key: dict, make) -> Path:
