@@ -47,7 +47,9 @@ PRELUDE = r"""
 import json, resource, sys, time
 def done(t, **kw):
     r = resource.getrusage(resource.RUSAGE_SELF); c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(json.dumps({"seconds": time.perf_counter() - t, "peak_rss_mb": max(r.ru_maxrss, c.ru_maxrss) / 1024, **kw}))
+    cpu = r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime  # imports included; steady under a shared machine's load
+    print(json.dumps({"seconds": time.perf_counter() - t, "cpu_seconds": cpu,
+                      "peak_rss_mb": max(r.ru_maxrss, c.ru_maxrss) / 1024, **kw}))
 """
 CODE = {
     "ingest": PRELUDE + r"""
@@ -259,12 +261,14 @@ def measure(work: Path, sizes: list[int], skip: set[str], uri: str | None) -> li
 def table(rows: list[tuple]) -> str:
     first: dict[str, float] = {}
     lines = ["| step | episodes | seconds | µs per episode | bytes read per episode | bytes written per episode "
-             "| peak RSS MB | per-episode time vs smallest |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| peak RSS MB | per-episode time vs smallest | CPU seconds | CPU µs per episode |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for n, step, r, read, written in rows:
         per = r["seconds"] / n * 1e6
         base = first.setdefault(step, per)
         lines.append(f"| {step} | {n:,} | {r['seconds']:.1f} | {per:,.0f} | {read / n:,.0f} | {written / n:,.0f} "
-                     f"| {r['peak_rss_mb']:,.0f} | {per / base:.2f}x |")
+                     f"| {r['peak_rss_mb']:,.0f} | {per / base:.2f}x | {r['cpu_seconds']:.1f} "
+                     f"| {r['cpu_seconds'] / n * 1e6:,.0f} |")
     return "\n".join(lines)
 
 
