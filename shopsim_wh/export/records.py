@@ -23,11 +23,11 @@ from collections.abc import Iterator
 import orjson
 import pyarrow as pa
 
+from .registry import OWN_COLUMNS
 from .writer import DUP, SHARD
 
 RECORD_BATCH = 500
 SQL_BUILT = frozenset({"shopsimrl-v4"})  # record kinds whose view assembles the record itself
-OWN_COLUMNS = ("record", "v4_fallback")  # columns of a record kind's view that are not output columns
 
 
 def _builders():
