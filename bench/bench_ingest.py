@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -148,23 +149,82 @@ print(json.dumps({"seconds": dt, "episodes": r.rows, "bytes": sum(s["bytes"] for
 """
 
 
-def runner_v4(work: Path, n: int) -> tuple[Path, dict]:
-    """The runner-shape v4 file of n episodes (runner warehouse cached in ``work``) and the export's figures."""
+RUNNER_BASE = 2000  # episodes the runner really runs; a larger --runner-v4 N replicates them (see REPLICATE)
+
+REPLICATE = r"""
+import sys
+import duckdb
+from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.schema import TABLES
+src, dst, copies = Warehouse(sys.argv[1]), Warehouse(sys.argv[2]), int(sys.argv[3])
+snap = src.snapshot()
+con = duckdb.connect()
+con.execute("SET memory_limit = '1GB'")
+tables = {t: src.read(t, TABLES[t].arrow_schema.names, snap=snap).drop_columns(["run_id"])
+          for t in snap.tables if snap.files(t)}
+run_ids = sorted({e.run_id for es in snap.tables.values() for e in es})
+assert len(run_ids) == 1, run_ids
+ep = tables["episodes"]
+con.register("ep", ep)
+width = con.execute("SELECT max(sample_id) + 1 FROM ep").fetchone()[0]
+with dst.writer() as w:
+    for k in range(copies):
+        con.execute("CREATE OR REPLACE TABLE ids AS SELECT episode_id, "
+                    f"printf('task-%06d__sample-%03d', task_id, sample_id + {k * width}) AS new_id, "
+                    f"sample_id + {k * width} AS new_sample FROM ep")
+        batch = []
+        for name, t in tables.items():
+            if "episode_id" not in t.column_names:
+                if k == 0:
+                    batch.append((name, run_ids[0], t))
+                continue
+            con.register("t", t)
+            extra = ", i.new_sample AS sample_id" if name == "episodes" else ""
+            batch.append((name, run_ids[0], con.sql(
+                f"SELECT t.* REPLACE (i.new_id AS episode_id{extra}) FROM t JOIN ids AS i USING (episode_id)").arrow()))
+            con.unregister("t")
+        w.commit(batch)
+"""
+
+
+def runner_warehouse(work: Path, n: int) -> Path:
+    """A warehouse of n runner episodes: up to RUNNER_BASE run by the runner (scripted model, embedded shop),
+    beyond that the RUNNER_BASE-episode warehouse copied ceil(n / RUNNER_BASE) times with new sample ids (the same
+    rows under new episode ids: a 100,000-episode run takes the runner hours here). Cached in ``work``."""
     wh = work / f"runner-wh-{n}"
-    if not wh.exists():
+    if wh.exists():
+        return wh
+    base = min(n, RUNNER_BASE)
+    src = work / f"runner-wh-{base}"
+    if not src.exists():
         from shopsim_wh import runner
         from shopsim_wh.config import Config
 
         t = time.perf_counter()
-        per = min(n, 200)
+        per = min(base, 200)
         cfg = Config.model_validate({
-            "experiment": {"name": f"bench-v4-{n}", "seed": 1},
-            "tasks": {"split": "train", "sample_size": per, "repeats": -(-n // per)},
+            "experiment": {"name": f"bench-v4-{base}", "seed": 1},
+            "tasks": {"split": "train", "sample_size": per, "repeats": -(-base // per)},
             "model": {"name": "scripted-strong", "checkpoint_id": "bench", "send_seed": True},
             "runtime": {"concurrency": 16, "max_steps": 30}})
-        runner.run(cfg, str(wh.with_suffix(".tmp")))
-        wh.with_suffix(".tmp").rename(wh)
-        print(f"  (ran {n} runner episodes in {time.perf_counter() - t:.1f}s)", file=sys.stderr)
+        runner.run(cfg, str(src.with_suffix(".tmp")))
+        src.with_suffix(".tmp").rename(src)
+        print(f"  (ran {base} runner episodes in {time.perf_counter() - t:.1f}s)", file=sys.stderr)
+    if n > base:
+        t = time.perf_counter()
+        tmp = wh.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([sys.executable, "-c", REPLICATE, str(src), str(tmp), str(-(-n // base))],
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO, check=True)
+        tmp.rename(wh)
+        print(f"  (replicated {base} runner episodes {-(-n // base)} times in {time.perf_counter() - t:.1f}s)",
+              file=sys.stderr)
+    return wh
+
+
+def runner_v4(work: Path, n: int) -> tuple[Path, dict]:
+    """The runner-shape v4 file of n episodes (runner warehouse cached in ``work``) and the export's figures."""
+    wh = runner_warehouse(work, n)
     exp = run(EXPORT_V4, str(wh), str(work / f"runner-v4-{n}"))
     return Path(exp["file"]), exp
 
