@@ -96,23 +96,27 @@ def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool =
                         pa.field(SHARD, pa.int32()), pa.field(DUP, pa.int64())])
     sql_built = builder in SQL_BUILT
 
-    def texts_of(chunk: pa.Table) -> list[str]:
+    def texts_of(chunk: pa.Table) -> pa.Array:
         if not sql_built:
-            return _python_records(con, chunk, builder, reasoning, persona)
-        raw = chunk.column("record").combine_chunks().cast(pa.string())
+            return pa.array(_python_records(con, chunk, builder, reasoning, persona), pa.string())
+        raw = chunk.column("record").combine_chunks()
+        if raw.type != pa.string():
+            raw = raw.cast(pa.string())
+        redo = [i for i, r in enumerate(_needs_python(raw, reasoning, persona)) if r]
+        missing = [i for i in range(len(raw)) if not raw[i].is_valid] if raw.null_count else []
+        if not redo and not missing:
+            return raw  # the common case with both privacy flags: the SQL's text as it is, no copy
         texts = raw.to_pylist()
-        missing = [i for i, t in enumerate(texts) if t is None]
-        if missing:
-            built = _python_records(con, chunk.take(missing), builder, reasoning, persona)
-            for i, t in zip(missing, built, strict=True):
-                texts[i] = t
-        for i, redo in enumerate(_needs_python(raw, reasoning, persona)):
-            if redo and raw[i].is_valid:
+        for i in redo:
+            if texts[i] is not None:
                 rec = orjson.loads(texts[i])
                 if not (reasoning and persona):
                     rec = scrub(rec, reasoning, persona)
                 texts[i] = orjson.dumps(rec, option=orjson.OPT_NON_STR_KEYS).decode()
-        return texts
+        if missing:
+            for i, t in zip(missing, _python_records(con, chunk.take(missing), builder, reasoning, persona), strict=True):
+                texts[i] = t
+        return pa.array(texts, pa.string())
 
     def gen() -> Iterator[pa.RecordBatch]:
         for start in range(0, table.num_rows, RECORD_BATCH):
@@ -121,15 +125,12 @@ def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool =
             arrays = []
             for f in schema:
                 if f.name in ("record", "__line"):
-                    arrays.append(pa.array(texts, pa.string()))
+                    arrays.append(texts.cast(json_type) if f.name == "record" and fmt == "parquet" else texts)
                     continue
                 values = chunk.column(f.name).to_pylist()
                 if f.type == pa.string():
                     values = [v if v is None else str(v) for v in values]
                 arrays.append(pa.array(values, f.type))
-            if fmt == "parquet":
-                i = schema.get_field_index("record")
-                arrays[i] = arrays[i].cast(json_type)
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     return pa.RecordBatchReader.from_batches(schema, gen())

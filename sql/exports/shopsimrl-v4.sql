@@ -79,17 +79,11 @@ picked AS (
     WHERE rn = 1
 ),
 
-picked_json AS (
-    SELECT
-        use, run_id, episode_id, step_idx, content, observation_state, payload, reward, done,
-        CASE WHEN payload IS NULL OR payload = '' THEN NULL ELSE CAST(json(payload) AS VARCHAR) END AS pj,
-        CASE WHEN observation_state IS NULL THEN NULL ELSE CAST(json(observation_state) AS VARCHAR) END AS sj
-    FROM picked
-),
-
 -- the writer's environment answer: the payload object with `observation` (content) and `observation_state` set,
--- plus reward and done when the row has no payload at all
-env AS (
+-- plus reward and done when the row has no payload at all. The payload is parsed once (`got`: the three values
+-- the writer reads or replaces, NULL when absent); a value the writer would replace by a different one is a
+-- conflict (Python builds that episode).
+env AS MATERIALIZED (
     SELECT
         use, run_id, episode_id, step_idx,
         CASE
@@ -98,20 +92,20 @@ env AS (
             ELSE substr(base, 1, length(base) - 1) || ',' || members || '}'
         END AS env_json,
         -- the `observation` text of the answer (what the next step shows)
-        coalesce(content, CASE WHEN json_type(base, '$.observation') = 'VARCHAR'
-                               THEN json_extract_string(base, '$.observation') END) AS observation_text,
+        coalesce(content, CASE WHEN json_type(got[1]) = 'VARCHAR' THEN json_extract_string(got[1], '$') END)
+            AS observation_text,
         CASE WHEN payload IS NULL OR payload = '' THEN coalesce(done, false)
-             ELSE coalesce(CAST(json_extract(base, '$.done') AS VARCHAR) = 'true', false) END AS done_true,
-        (content IS NOT NULL AND has_obs AND NOT coalesce(
-            json_type(base, '$.observation') = 'VARCHAR' AND json_extract_string(base, '$.observation') = content, false))
-        OR (sj IS NOT NULL AND has_state AND NOT coalesce(
-            CAST(json(json_extract(base, '$.observation_state')) AS VARCHAR) = sj, false)) AS conflict
+             ELSE coalesce(CAST(got[3] AS VARCHAR) = 'true', false) END AS done_true,
+        (content IS NOT NULL AND got[1] IS NOT NULL AND CAST(got[1] AS VARCHAR) <> obs_json)
+        OR (observation_state IS NOT NULL AND got[2] IS NOT NULL AND CAST(got[2] AS VARCHAR) <> observation_state
+            AND CAST(got[2] AS VARCHAR) <> CAST(json(observation_state) AS VARCHAR)) AS conflict
     FROM (
         SELECT
             *,
             concat_ws(',',
-                CASE WHEN content IS NOT NULL AND NOT has_obs THEN '"observation":' || CAST(to_json(content) AS VARCHAR) END,
-                CASE WHEN sj IS NOT NULL AND NOT has_state THEN '"observation_state":' || sj END,
+                CASE WHEN content IS NOT NULL AND got[1] IS NULL THEN '"observation":' || obs_json END,
+                CASE WHEN observation_state IS NOT NULL AND got[2] IS NULL
+                     THEN '"observation_state":' || CAST(json(observation_state) AS VARCHAR) END,
                 CASE WHEN payload IS NULL OR payload = '' THEN
                     '"reward":' || coalesce(CAST(to_json(reward) AS VARCHAR), 'null')
                     || ',"done":' || coalesce(CAST(to_json(done) AS VARCHAR), 'null') END
@@ -119,17 +113,23 @@ env AS (
         FROM (
             SELECT
                 *,
-                coalesce(json_exists(base, '$.observation'), false) AS has_obs,
-                coalesce(json_exists(base, '$.observation_state'), false) AS has_state
+                CAST(to_json(content) AS VARCHAR) AS obs_json,
+                CASE WHEN base = '{}' THEN [NULL, NULL, NULL]
+                     ELSE json_extract(base, ['$.observation', '$.observation_state', '$.done']) END AS got
             FROM (
                 SELECT
                     *,
                     -- `_loads(payload) or {}`: a falsy JSON value counts as an empty object
                     CASE WHEN pj IS NULL OR pj IN ('{}', '[]', 'null', 'false', '0', '0.0', '-0.0', '""') THEN '{}'
                          ELSE pj END AS base
-                FROM picked_json
+                FROM (
+                    SELECT
+                        *,
+                        CASE WHEN payload IS NULL OR payload = '' THEN NULL ELSE CAST(json(payload) AS VARCHAR) END AS pj
+                    FROM picked
+                ) AS p
             ) AS b
-        ) AS h
+        ) AS g
     ) AS m
 ),
 
@@ -185,7 +185,8 @@ step_parts AS (
     SELECT
         s.run_id, s.episode_id, s.step_idx, s.protocol_error, s.policy_failure,
         s.content, s.reasoning, s.finish_reason, s.response_id, s.latency_ms, s.tokens_in, s.tokens_out,
-        s.raw_response, c.calls, c.action, c.first_feedback, c.lenient, t.tools, v.env_json, v.conflict,
+        s.raw_response, c.calls, c.action, c.first_feedback, c.lenient, t.tools, v.env_json, v.done_true,
+        coalesce(v.conflict, false) AS conflict,
         CASE WHEN s.metadata IS NULL THEN '{}' ELSE CAST(json(s.metadata) AS VARCHAR) END AS meta,
         CASE
             WHEN s.protocol_feedback IS NULL THEN NULL
@@ -207,29 +208,33 @@ step_parts AS (
 
 step_json AS (
     SELECT
-        run_id, episode_id, step_idx, env_json,
+        run_id, episode_id, step_idx, env_json, done_true,
         conflict OR lenient OR fb_lenient OR model_extra AS fallback,
-        '{"step_index":' || CAST(step_idx + 1 AS VARCHAR)
-        || ',"observation":' || coalesce(CAST(to_json(observation) AS VARCHAR), 'null')
-        || ',"tools":' || coalesce(tools, '[]')
-        || ',"model":{"content":' || coalesce(CAST(to_json(content) AS VARCHAR), 'null')
-        || ',"reasoning":' || coalesce(CAST(to_json(reasoning) AS VARCHAR), 'null')
-        || ',"tool_calls":' || coalesce(calls, '[]')
-        || ',"finish_reason":' || coalesce(CAST(to_json(finish_reason) AS VARCHAR), 'null')
-        || ',"usage":' || CASE
+        concat(
+            '{"step_index":', CAST(step_idx + 1 AS VARCHAR),
+            ',"observation":', coalesce(CAST(to_json(observation) AS VARCHAR), 'null'),
+            ',"tools":', coalesce(tools, '[]'),
+            ',"model":{"content":', coalesce(CAST(to_json(content) AS VARCHAR), 'null'),
+            ',"reasoning":', coalesce(CAST(to_json(reasoning) AS VARCHAR), 'null'),
+            ',"tool_calls":', coalesce(calls, '[]'),
+            ',"finish_reason":', coalesce(CAST(to_json(finish_reason) AS VARCHAR), 'null'),
+            ',"usage":',
+            CASE
             WHEN json_exists(meta, '$.usage') THEN CAST(json_extract(meta, '$.usage') AS VARCHAR)
             ELSE '{' || concat_ws(',', '"prompt_tokens":' || CAST(tokens_in AS VARCHAR),
-                                  '"completion_tokens":' || CAST(tokens_out AS VARCHAR)) || '}' END
-        || ',"response_id":' || coalesce(CAST(to_json(response_id) AS VARCHAR), 'null')
-        || ',"metadata":' || coalesce(CAST(json_extract(meta, '$.metadata') AS VARCHAR), '{}')
-        || ',"latency_ms":' || coalesce(CAST(to_json(latency_ms) AS VARCHAR), 'null')
-        || ',"protocol_error":' || coalesce(pe, 'null')
-        || ',"policy_failure":' || coalesce(pf, 'null')
-        || ',"raw_response":' || coalesce(CAST(json(raw_response) AS VARCHAR), 'null') || '}'
-        || coalesce(',"protocol_error":' || pe || ',"protocol_feedback":' || coalesce(fb, 'null'), '')
-        || coalesce(',"policy_failure":' || pf, '')
-        || ',"action":' || coalesce(CAST(to_json(action) AS VARCHAR), 'null')
-        || ',"environment":' || coalesce(env_json, 'null') || '}' AS j
+                                  '"completion_tokens":' || CAST(tokens_out AS VARCHAR)) || '}' END,
+            ',"response_id":', coalesce(CAST(to_json(response_id) AS VARCHAR), 'null'),
+            ',"metadata":', coalesce(CAST(json_extract(meta, '$.metadata') AS VARCHAR), '{}'),
+            ',"latency_ms":', coalesce(CAST(to_json(latency_ms) AS VARCHAR), 'null'),
+            ',"protocol_error":', coalesce(pe, 'null'),
+            ',"policy_failure":', coalesce(pf, 'null'),
+            ',"raw_response":', coalesce(CAST(json(raw_response) AS VARCHAR), 'null'),
+            '}',
+            coalesce(',"protocol_error":' || pe || ',"protocol_feedback":' || coalesce(fb, 'null'), ''),
+            coalesce(',"policy_failure":' || pf, ''),
+            ',"action":', coalesce(CAST(to_json(action) AS VARCHAR), 'null'),
+            ',"environment":', coalesce(env_json, 'null'),
+            '}') AS j
     FROM (
         SELECT
             *,
@@ -253,7 +258,8 @@ step_list AS (
     SELECT
         run_id, episode_id,
         '[' || string_agg(j, ',' ORDER BY step_idx) || ']' AS steps,
-        max(step_idx) AS last_step,
+        -- the last step's answer when it ended the episode (the writer's `final` without a terminal row)
+        first(CASE WHEN done_true THEN env_json END ORDER BY step_idx DESC) AS final_env,
         bool_or(fallback) AS fallback
     FROM step_json
     GROUP BY run_id, episode_id
@@ -352,17 +358,19 @@ assembled AS (
             WHEN coalesce(sl.fallback, false) THEN 'step'
             WHEN coalesce(term.conflict, false) THEN 'payload'
         END AS v4_fallback,
-        '{"schema_version":"shopsimrl-episode-v4","episode_id":' || CAST(to_json(
+        concat(
+            '{"schema_version":"shopsimrl-episode-v4","episode_id":', CAST(to_json(
             CASE WHEN ep.episode_id LIKE 'task-%' AND ep.episode_id LIKE '%\_\_sample-%' ESCAPE '\'
                       AND ep.task_id IS NOT NULL AND ep.sample_id IS NOT NULL
                  THEN 'task-' || printf('%06d', ep.task_id) || '__sample-' || printf('%03d', ep.sample_id)
-                 ELSE ep.episode_id END) AS VARCHAR)
-        || ',"status":' || coalesce(CAST(to_json(ep.status) AS VARCHAR), 'null')
-        || ',"job":{"task_id":' || coalesce(CAST(ep.task_id AS VARCHAR), 'null')
-        || ',"sample_id":' || coalesce(CAST(ep.sample_id AS VARCHAR), 'null')
-        || ',"seed":' || coalesce(CAST(ep.seed AS VARCHAR), 'null')
-        || ',"split":' || coalesce(CAST(to_json(ep.episode_split) AS VARCHAR), 'null') || '}'
-        || ',"provenance":' || coalesce(pr.recorded,
+                 ELSE ep.episode_id END) AS VARCHAR),
+            ',"status":', coalesce(CAST(to_json(ep.status) AS VARCHAR), 'null'),
+            ',"job":{"task_id":', coalesce(CAST(ep.task_id AS VARCHAR), 'null'),
+            ',"sample_id":', coalesce(CAST(ep.sample_id AS VARCHAR), 'null'),
+            ',"seed":', coalesce(CAST(ep.seed AS VARCHAR), 'null'),
+            ',"split":', coalesce(CAST(to_json(ep.episode_split) AS VARCHAR), 'null'),
+            '}',
+            ',"provenance":', coalesce(pr.recorded,
             '{"model":' || coalesce(pr.model, '{"provider":"openai_compatible","model":null,"base_url":null,"checkpoint_id":null,"sampling":{}}')
             || ',"environment":{"adapter":"shopsimulator_http"' || coalesce(pr.environment_url, ',"base_url":null')
             || ',"persona":' || CASE WHEN ep.persona IS NOT NULL THEN 'true' ELSE 'false' END
@@ -373,17 +381,18 @@ assembled AS (
             || ',"skills":' || coalesce(pr.skills, '{"provider":"none"}')
             || ',"runtime":' || coalesce(pr.runtime, '{"max_steps":null,"action_protocol":"openai-function-tools-repair-v3","adapter":'
                                          || coalesce(CAST(to_json('shopsim-wh ' || getvariable('export_tool_version')) AS VARCHAR), 'null') || '}')
-            || '}')
-        || ',"started_at":' || coalesce(CAST(to_json(st.started) AS VARCHAR), 'null')
-        || ',"ended_at":' || coalesce(CAST(to_json(st.ended) AS VARCHAR), 'null')
-        || ',"duration_ms":' || coalesce(CAST(to_json(ep.duration_s * 1000) AS VARCHAR), 'null')
-        || ',"reset":' || coalesce(CAST(json(ep.reset_payload) AS VARCHAR), 'null')
-        || ',"selected_skills":' || coalesce(sk.skills, '[]')
-        || ',"conversation":' || coalesce(cv.conversation, '[]')
-        || ',"steps":' || coalesce(sl.steps, '[]')
-        || ',"final":' || CASE
+            || '}'),
+            ',"started_at":', coalesce(CAST(to_json(st.started) AS VARCHAR), 'null'),
+            ',"ended_at":', coalesce(CAST(to_json(st.ended) AS VARCHAR), 'null'),
+            ',"duration_ms":', coalesce(CAST(to_json(ep.duration_s * 1000) AS VARCHAR), 'null'),
+            ',"reset":', coalesce(CAST(json(ep.reset_payload) AS VARCHAR), 'null'),
+            ',"selected_skills":', coalesce(sk.skills, '[]'),
+            ',"conversation":', coalesce(cv.conversation, '[]'),
+            ',"steps":', coalesce(sl.steps, '[]'),
+            ',"final":',
+            CASE
             WHEN term.env_json IS NOT NULL THEN term.env_json
-            WHEN last_env.done_true THEN last_env.env_json
+            WHEN sl.final_env IS NOT NULL THEN sl.final_env
             WHEN ep.done IS NULL AND ep.episode_reward IS NULL THEN 'null'
             ELSE '{"done":' || coalesce(CAST(to_json(ep.done) AS VARCHAR), 'null')
                 || ',"reward":' || coalesce(CAST(to_json(ep.episode_reward) AS VARCHAR), 'null')
@@ -394,8 +403,9 @@ assembled AS (
                 || ',"purchase":' || CASE WHEN coalesce(ep.purchase_asin, '') = '' THEN '{}'
                                           ELSE '{"asin":' || CAST(to_json(ep.purchase_asin) AS VARCHAR) || '}' END
                 || ',"termination_reason":' || coalesce(CAST(to_json(ep.termination_reason) AS VARCHAR), 'null') || '}'
-            END
-        || ',"error":' || coalesce(er.error, 'null') || '}' AS text
+            END,
+            ',"error":', coalesce(er.error, 'null'),
+            '}') AS text
     FROM ep
     LEFT JOIN provenance AS pr ON pr.run_id = ep.run_id
     LEFT JOIN stamps AS st ON st.run_id = ep.run_id AND st.episode_id = ep.episode_id
@@ -404,15 +414,11 @@ assembled AS (
     LEFT JOIN step_list AS sl ON sl.run_id = ep.run_id AND sl.episode_id = ep.episode_id
     LEFT JOIN errors AS er ON er.run_id = ep.run_id AND er.episode_id = ep.episode_id
     LEFT JOIN env AS term ON term.use = 'terminal' AND term.run_id = ep.run_id AND term.episode_id = ep.episode_id
-    LEFT JOIN (SELECT e.*, s.last_step FROM env AS e JOIN step_list AS s
-                   ON s.run_id = e.run_id AND s.episode_id = e.episode_id AND s.last_step = e.step_idx
-               WHERE e.use = 'env') AS last_env
-        ON last_env.run_id = ep.run_id AND last_env.episode_id = ep.episode_id
 )
 
 SELECT
     md5(run_id || '/' || episode_id || ':shopsimrl-v4') AS sample_id,
     run_id, episode_id, task_id, status, reward, r_success, success, import_fidelity, source_format, split, experiment,
     v4_fallback,
-    CAST(CASE WHEN v4_fallback IS NULL THEN text END AS JSON) AS record
+    CASE WHEN v4_fallback IS NULL THEN text END AS record
 FROM assembled;
