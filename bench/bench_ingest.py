@@ -144,8 +144,10 @@ shutil.rmtree(out, ignore_errors=True)
 t = time.perf_counter()
 r = export("shopsimrl-v4", wh, out, format="jsonl", shard_rows=10**9, include_reasoning=True, include_persona=True)
 dt = time.perf_counter() - t
+me = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"seconds": dt, "episodes": r.rows, "bytes": sum(s["bytes"] for s in r.shards),
-                  "file": str(out / r.shards[0]["file"]), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "file": str(out / r.shards[0]["file"]), "peak_rss_mb": me.ru_maxrss / 1024,
+                  "cpu_s": me.ru_utime + me.ru_stime}))
 """
 
 
@@ -290,8 +292,9 @@ def main() -> None:
         mbs = exported["bytes"] / 1e6 / exported["seconds"]
         print(f"runner-v4 export: {a.runner_v4} episodes, {exported['bytes'] / 1e6:.0f} MB "
               f"({exported['bytes'] / 1e3 / max(1, exported['episodes']):.1f} KB/episode) written in "
-              f"{exported['seconds']:.1f} s = {mbs:.1f} MB/s, peak RSS {exported['peak_rss_mb']:.0f} MB "
-              "(compare with the ingest MB/s of the runner-v4 row)", flush=True)
+              f"{exported['seconds']:.1f} s = {mbs:.1f} MB/s, cpu {exported['cpu_s']:.1f} s = "
+              f"{exported['bytes'] / 1e6 / exported['cpu_s']:.0f} MB/cpu-s, peak RSS {exported['peak_rss_mb']:.0f} MB "
+              "(compare with the ingest MB/s and MB/cpu-s of the runner-v4 row)", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@
 -- Portable SQL except CREATE OR REPLACE, getvariable, json(), json_exists/json_extract, to_json, string_agg
 -- with ORDER BY, unnest/generate_subscripts, first(... ORDER BY) and IGNORE NULLS (sqlglot maps most of them).
 CREATE OR REPLACE VIEW export_shopsimrl_v4 AS
-WITH ep AS (
+WITH ep AS MATERIALIZED (
     SELECT
         x.run_id, x.episode_id, x.task_id, x.status, x.reward, x.r_success, x.success, x.import_fidelity,
         x.source_format, x.split, x.experiment,
@@ -48,7 +48,7 @@ msg AS (
     WHERE agent_id = 'main'
 ),
 
-conversation AS (
+conversation AS MATERIALIZED (
     SELECT
         run_id, episode_id,
         '[' || string_agg(j, ',' ORDER BY msg_idx) || ']' AS conversation,
