@@ -156,6 +156,7 @@ RUNNER_BASE = 2000  # episodes the runner really runs; a larger --runner-v4 N re
 REPLICATE = r"""
 import sys
 import duckdb
+from shopsim_wh.db import fetch_arrow
 from shopsim_wh.warehouse import Warehouse
 from shopsim_wh.schema import TABLES
 src, dst, copies = Warehouse(sys.argv[1]), Warehouse(sys.argv[2]), int(sys.argv[3])
@@ -182,8 +183,8 @@ with dst.writer() as w:
                 continue
             con.register("t", t)
             extra = ", i.new_sample AS sample_id" if name == "episodes" else ""
-            batch.append((name, run_ids[0], con.sql(
-                f"SELECT t.* REPLACE (i.new_id AS episode_id{extra}) FROM t JOIN ids AS i USING (episode_id)").arrow()))
+            batch.append((name, run_ids[0], fetch_arrow(
+                con, f"SELECT t.* REPLACE (i.new_id AS episode_id{extra}) FROM t JOIN ids AS i USING (episode_id)")))
             con.unregister("t")
         w.commit(batch)
 """

@@ -9,17 +9,22 @@
 -- the key order and values of the dump writer (shopsim_wh/ingest/dump_v4.py, whose docstring says which column
 -- feeds which field). shopsim_wh/export/records.py streams it, re-spells the few numbers and escapes DuckDB writes
 -- differently from orjson, and applies the privacy policy. `record` is NULL for the rare episodes this query does
--- not spell (column `v4_fallback` says why); records.py builds those with the dump writer:
+-- not spell; column `v4_fallback` says why, and records.py builds those with the dump writer:
 --   residual   episodes.source_extra holds what no column holds (ingested records with quirks: verbatim parts,
 --              key orders, absent keys), restored key by key in Python;
---   payload    an environment answer whose payload holds `observation` / `observation_state` values that differ
---              from the columns (the writer replaces them in place);
---   model      a step whose metadata carries `model_extra` (keys merged into `model` in place);
---   lenient    a text the writer parses with strict JSON that DuckDB's lenient reader may read differently
---              (NaN, Infinity, trailing commas, comments) in tool arguments or protocol feedback.
+--   step       a main-agent step the writer would build differently: its environment answer's payload holds
+--              `observation` / `observation_state` values other than the columns' (replaced in place), its
+--              metadata carries `model_extra` (keys merged into `model` in place), or its tool arguments /
+--              protocol feedback may be lenient JSON (NaN, Infinity, trailing commas, comments) that DuckDB's
+--              reader accepts and the writer's strict parser does not;
+--   payload    the same payload conflict in the episode's terminal answer.
+-- Key order follows dump_v4.py: top level, job, provenance (built from `runs` unless the ingested record's own),
+-- step (step_index, observation, tools, model, [protocol_error, protocol_feedback], [policy_failure], action,
+-- environment), model, message (role, content, then reasoning_content / tool_call_id / name / tool_calls when set).
 -- No private goal is stored, so none is written.
--- Portable SQL except CREATE OR REPLACE, getvariable, json(), json_exists/json_extract, to_json, string_agg
--- with ORDER BY, unnest/generate_subscripts, first(... ORDER BY) and IGNORE NULLS (sqlglot maps most of them).
+-- Portable SQL except CREATE OR REPLACE, getvariable, AS MATERIALIZED, json(), json_exists / json_extract /
+-- json_type, to_json, string_agg and first with ORDER BY, unnest / generate_subscripts, IGNORE NULLS (sqlglot maps
+-- most of them). JSON objects whose keys depend on the row are concatenated text, not json_object.
 CREATE OR REPLACE VIEW export_shopsimrl_v4 AS
 WITH ep AS MATERIALIZED (
     SELECT
@@ -32,7 +37,7 @@ WITH ep AS MATERIALIZED (
     JOIN episodes AS e ON e.run_id = x.run_id AND e.episode_id = x.episode_id
 ),
 
--- a JSON value spelled as text, 'null' for SQL NULL
+-- each message of the main agent as JSON text (a NULL value spelt null)
 msg AS (
     SELECT
         run_id, episode_id, msg_idx, role, content,
