@@ -80,7 +80,7 @@ def _check_bytes(con, tmp_path, flags):
 
 @pytest.mark.parametrize("flags", sorted(FLAGS))
 def test_sql_records_equal_the_dump_writer_on_every_source(flags, export_con, tmp_path):
-    fallbacks = export_con.execute("SELECT count(*) FILTER (WHERE v4_fallback IS NOT NULL), "
+    fallbacks = export_con.execute("SELECT count(*) FILTER (WHERE record_fallback IS NOT NULL), "
                                    "list(DISTINCT source_format) FROM export_shopsimrl_v4").fetchone()
     assert fallbacks[0] == 0 and len(fallbacks[1]) == len(fx.SOURCES)  # every source through the SQL path
     _check_bytes(export_con, tmp_path, FLAGS[flags])
@@ -94,7 +94,7 @@ def test_sql_records_equal_the_dump_writer_on_ingested_shopsimrl_runs(flags, v4_
 def test_what_the_sql_leaves_to_python(v4_wh):
     """The two residual records go to the dump writer; the edge record is built in SQL and holds DuckDB's own
     spellings, which records.py re-spells (the byte test above then holds)."""
-    rows = dict(v4_wh.execute("SELECT episode_id, v4_fallback FROM export_shopsimrl_v4").fetchall())
+    rows = dict(v4_wh.execute("SELECT episode_id, record_fallback FROM export_shopsimrl_v4").fetchall())
     assert {e for e, f in rows.items() if f} == {"task-004200__sample-000", "train-group-000000000-sample-000000000"}
     assert {f for f in rows.values() if f} == {"residual"}
     assert len(rows) > 8 and all(f is None for e, f in rows.items() if e.startswith("task-0001"))
@@ -104,6 +104,6 @@ def test_what_the_sql_leaves_to_python(v4_wh):
     assert re.search(RESPELL, text) and "\\u001F" in text and "10000000000000000.0" in text
     spelt = orjson.dumps(orjson.loads(text)).decode()
     assert "\\u001f" in spelt and "1e+16" in spelt and "5e-6" in spelt
-    clean = v4_wh.execute("SELECT count(*) FROM export_shopsimrl_v4 WHERE v4_fallback IS NULL AND "
+    clean = v4_wh.execute("SELECT count(*) FROM export_shopsimrl_v4 WHERE record_fallback IS NULL AND "
                           "NOT regexp_matches(CAST(record AS VARCHAR), ?)", [RESPELL]).fetchone()[0]
     assert clean >= len(rows) - 3  # the rest needs no Python at all with both privacy flags on

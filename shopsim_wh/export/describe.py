@@ -203,7 +203,7 @@ status=completed reward=1.0 success=true
 view assembles every record of a batch at once in SQL (sql/exports/shopsimrl-v4.sql: steps, messages, tool
 calls, tools, rewards as JSON text with the dump writer's key order); Python streams the rows, re-spells the few
 numbers and escapes DuckDB writes differently from orjson, applies the privacy policy, and builds with the dump
-writer the rare episodes the view leaves to it (column `v4_fallback`: residuals of ingested records kept in
+writer the rare episodes the view leaves to it (column `record_fallback`: residuals of ingested records kept in
 `episodes.source_extra`, conflicting payload keys, `model_extra`, lenient JSON texts). `atif` is built by the
 dump writer for the episodes its view selects, 500 episodes per query set on one connection. With both
 `--include-reasoning` and `--include-persona` the record equals byte for byte what `shopsim-wh dump` writes for

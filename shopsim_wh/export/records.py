@@ -8,7 +8,7 @@ orjson; this module only streams the rows, fixing three things on the way:
   ``\\u001F``-style escapes): a record holding such a spelling is re-spelt by an orjson round trip;
 * **privacy** (:func:`scrub`): unless both are included, a record holding reasoning or persona keys with a value, or
   the persona section of a prompt, is scrubbed in Python (the keys can sit anywhere, raw responses included);
-* **fallback**: the rare episodes the SQL leaves NULL (column ``v4_fallback`` says why: residuals of ingested
+* **fallback**: the rare episodes the SQL leaves NULL (column ``record_fallback`` says why: residuals of ingested
   records, payload conflicts, ``model_extra``, lenient JSON) are built by the dump writer, ``RECORD_BATCH``
   episodes per query set on the export's one connection.
 

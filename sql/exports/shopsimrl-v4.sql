@@ -9,7 +9,7 @@
 -- the key order and values of the dump writer (shopsim_wh/ingest/dump_v4.py, whose docstring says which column
 -- feeds which field). shopsim_wh/export/records.py streams it, re-spells the few numbers and escapes DuckDB writes
 -- differently from orjson, and applies the privacy policy. `record` is NULL for the rare episodes this query does
--- not spell; column `v4_fallback` says why, and records.py builds those with the dump writer:
+-- not spell; column `record_fallback` says why, and records.py builds those with the dump writer:
 --   residual   episodes.source_extra holds what no column holds (ingested records with quirks: verbatim parts,
 --              key orders, absent keys), restored key by key in Python;
 --   step       a main-agent step the writer would build differently: its environment answer's payload holds
@@ -66,20 +66,17 @@ conversation AS MATERIALIZED (
 -- the observations the record embeds: each main step's environment answer (the first by call_id) and the
 -- episode's terminal answer (the first over every agent)
 picked AS (
-    SELECT 'env' AS use, run_id, episode_id, step_idx, content, observation_state, payload, reward, done
+    SELECT use, run_id, episode_id, step_idx, content, observation_state, payload, reward, done
     FROM (
-        SELECT o.*, row_number() OVER (PARTITION BY run_id, episode_id, step_idx ORDER BY call_id NULLS FIRST) AS rn
-        FROM observations AS o
-        WHERE agent_id = 'main' AND observation_type = 'environment'
-    ) AS t
-    WHERE rn = 1
-    UNION ALL
-    SELECT 'terminal' AS use, run_id, episode_id, step_idx, content, observation_state, payload, reward, done
-    FROM (
-        SELECT o.*, row_number() OVER (PARTITION BY run_id, episode_id
-                                       ORDER BY agent_id, step_idx, call_id NULLS FIRST) AS rn
-        FROM observations AS o
-        WHERE observation_type = 'terminal'
+        SELECT
+            o.*,
+            CASE WHEN observation_type = 'terminal' THEN 'terminal' ELSE 'env' END AS use,
+            row_number() OVER (
+                PARTITION BY run_id, episode_id, observation_type,
+                             CASE WHEN observation_type = 'terminal' THEN NULL ELSE step_idx END
+                ORDER BY agent_id, step_idx, call_id NULLS FIRST) AS rn
+        FROM observations AS o  -- one scan for both: the payloads are the widest column read
+        WHERE (agent_id = 'main' AND observation_type = 'environment') OR observation_type = 'terminal'
     ) AS t
     WHERE rn = 1
 ),
@@ -362,7 +359,7 @@ assembled AS (
             WHEN ep.source_extra IS NOT NULL THEN 'residual'
             WHEN coalesce(sl.fallback, false) THEN 'step'
             WHEN coalesce(term.conflict, false) THEN 'payload'
-        END AS v4_fallback,
+        END AS record_fallback,
         concat(
             '{"schema_version":"shopsimrl-episode-v4","episode_id":', CAST(to_json(
             CASE WHEN ep.episode_id LIKE 'task-%' AND ep.episode_id LIKE '%\_\_sample-%' ESCAPE '\'
@@ -424,6 +421,6 @@ assembled AS (
 SELECT
     md5(run_id || '/' || episode_id || ':shopsimrl-v4') AS sample_id,
     run_id, episode_id, task_id, status, reward, r_success, success, import_fidelity, source_format, split, experiment,
-    v4_fallback,
-    CASE WHEN v4_fallback IS NULL THEN text END AS record
+    record_fallback,
+    CASE WHEN record_fallback IS NULL THEN text END AS record
 FROM assembled;
