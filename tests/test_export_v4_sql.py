@@ -1,5 +1,6 @@
-"""`export shopsimrl-v4` assembles its records in SQL (sql/exports/shopsimrl-v4.sql); the bytes must be what the
-dump writer (shopsim_wh/ingest/dump_v4.py, the old Python path) gives, spelt by orjson, for every source: runner
+"""`export shopsimrl-v4` and `export atif` assemble their records in SQL (sql/exports/shopsimrl-v4.sql, atif.sql);
+the bytes must be what the dump writers (shopsim_wh/ingest/dump_v4.py, dump.py: the old Python path) give, spelt
+by orjson, for every source: runner
 episodes, ingested ShopSimRL runs (skills, failed attempts, protocol errors, length failures, action-limit
 terminations), Claude Code, agent_multi_turn, OpenAI messages, ATIF; with and without the privacy flags; with the
 values DuckDB spells differently from orjson; and for the episodes the SQL leaves to the dump writer."""
@@ -14,7 +15,7 @@ import pytest
 from shopsim_wh.export import export
 from shopsim_wh.export.records import RESPELL, scrub
 from shopsim_wh.ingest import ingest, synth_v4
-from shopsim_wh.ingest.dump import load_episodes
+from shopsim_wh.ingest.dump import load_episodes, to_atif
 from shopsim_wh.ingest.dump_v4 import to_v4
 
 from . import export_fixtures as fx
@@ -22,6 +23,7 @@ from . import export_fixtures as fx
 _fixtures = fx.export_wh, fx.export_con
 _wh, _con = _fixtures  # pytest finds fixtures among module attributes
 
+WRITERS = {"shopsimrl-v4": to_v4, "atif": to_atif}
 FLAGS = {"both": {"include_reasoning": True, "include_persona": True}, "default": {},
          "reasoning": {"include_reasoning": True}}
 
@@ -57,14 +59,14 @@ def v4_wh(tmp_path_factory):
     con.close()
 
 
-def _dump_writer_lines(con, res, flags: dict) -> list[bytes]:
+def _dump_writer_lines(con, kind, res, flags: dict) -> list[bytes]:
     """The old path: every exported episode's last attempt through the dump writer, in the export's row order."""
-    rows = con.execute("SELECT run_id, episode_id, md5(run_id || '/' || episode_id || ':shopsimrl-v4') AS k "
+    rows = con.execute(f"SELECT run_id, episode_id, md5(run_id || '/' || episode_id || ':{kind}') AS k "
                        "FROM episodes ORDER BY k").fetchall()
     reasoning, persona = flags.get("include_reasoning", False), flags.get("include_persona", False)
     out = []
     for run_id, eid, _ in rows:
-        rec = to_v4(load_episodes(con, run_id, episode_id=eid)[-1])
+        rec = WRITERS[kind](load_episodes(con, run_id, episode_id=eid)[-1])
         if not (reasoning and persona):
             rec = scrub(rec, reasoning, persona)
         out.append(orjson.dumps(rec, option=orjson.OPT_NON_STR_KEYS))
@@ -72,23 +74,26 @@ def _dump_writer_lines(con, res, flags: dict) -> list[bytes]:
     return out
 
 
-def _check_bytes(con, tmp_path, flags):
-    res = export("shopsimrl-v4", con, tmp_path, format="jsonl", where="true", shard_rows=10**9, **flags)
+def _check_bytes(con, kind, tmp_path, flags):
+    res = export(kind, con, tmp_path, format="jsonl", where="true", shard_rows=10**9, **flags)
     got = (tmp_path / res.shards[0]["file"]).read_bytes().splitlines()
-    assert got == _dump_writer_lines(con, res, flags)
+    assert got == _dump_writer_lines(con, kind, res, flags)
 
 
+@pytest.mark.parametrize("kind", sorted(WRITERS))
 @pytest.mark.parametrize("flags", sorted(FLAGS))
-def test_sql_records_equal_the_dump_writer_on_every_source(flags, export_con, tmp_path):
-    fallbacks = export_con.execute("SELECT count(*) FILTER (WHERE record_fallback IS NOT NULL), "
-                                   "list(DISTINCT source_format) FROM export_shopsimrl_v4").fetchone()
+def test_sql_records_equal_the_dump_writer_on_every_source(kind, flags, export_con, tmp_path):
+    view = "export_" + kind.replace("-", "_")
+    fallbacks = export_con.execute(f"SELECT count(*) FILTER (WHERE record_fallback IS NOT NULL), "
+                                   f"list(DISTINCT source_format) FROM {view}").fetchone()
     assert fallbacks[0] == 0 and len(fallbacks[1]) == len(fx.SOURCES)  # every source through the SQL path
-    _check_bytes(export_con, tmp_path, FLAGS[flags])
+    _check_bytes(export_con, kind, tmp_path, FLAGS[flags])
 
 
+@pytest.mark.parametrize("kind", sorted(WRITERS))
 @pytest.mark.parametrize("flags", ["both", "default"])
-def test_sql_records_equal_the_dump_writer_on_ingested_shopsimrl_runs(flags, v4_wh, tmp_path):
-    _check_bytes(v4_wh, tmp_path, FLAGS[flags])
+def test_sql_records_equal_the_dump_writer_on_ingested_shopsimrl_runs(kind, flags, v4_wh, tmp_path):
+    _check_bytes(v4_wh, kind, tmp_path, FLAGS[flags])
 
 
 def test_what_the_sql_leaves_to_python(v4_wh):

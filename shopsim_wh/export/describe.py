@@ -199,15 +199,15 @@ status=completed reward=1.0 success=true
 
 ## Record kinds
 
-`shopsimrl-v4` and `atif` write one whole episode per row (column `record`) or JSONL line. `shopsimrl-v4`'s
-view assembles every record of a batch at once in SQL (sql/exports/shopsimrl-v4.sql: steps, messages, tool
-calls, tools, rewards as JSON text with the dump writer's key order); Python streams the rows, re-spells the few
-numbers and escapes DuckDB writes differently from orjson, applies the privacy policy, and builds with the dump
-writer the rare episodes the view leaves to it (column `record_fallback`: residuals of ingested records kept in
-`episodes.source_extra`, conflicting payload keys, `model_extra`, lenient JSON texts). `atif` is built by the
-dump writer for the episodes its view selects, 500 episodes per query set on one connection. With both
-`--include-reasoning` and `--include-persona` the record equals byte for byte what `shopsim-wh dump` writes for
-the episode; `shopsim-wh dump` stays for single episodes and ShopSimRL run directories.
+`shopsimrl-v4` and `atif` write one whole episode per row (column `record`) or JSONL line. Their views assemble
+every record of a batch at once in SQL (sql/exports/shopsimrl-v4.sql, atif.sql: messages, steps, tool calls,
+tools, observations, rewards, sub-agent trajectories as JSON text with the dump writers' key order); Python
+streams the rows, re-spells the few numbers and escapes DuckDB writes differently from orjson, applies the
+privacy policy, and builds with the dump writer the rare episodes a view leaves to it (column `record_fallback`:
+residuals of ingested records kept in `episodes.source_extra`, conflicting payload keys, `model_extra`, lenient
+JSON texts, sub-agents that spawn sub-agents). With both `--include-reasoning` and `--include-persona` the record
+equals byte for byte what `shopsim-wh dump` writes for the episode; `shopsim-wh dump` stays for single episodes
+and ShopSimRL run directories.
 
 ## Building blocks (`sql/exports/00_*.sql`)
 

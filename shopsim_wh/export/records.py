@@ -1,7 +1,7 @@
 """Record kinds: an export whose row is one whole episode in an interchange format (``shopsimrl-v4``, ``atif``).
 
-``shopsimrl-v4``: the kind's SQL (sql/exports/shopsimrl-v4.sql) assembles every record of a batch at once as JSON
-text in column ``record``, byte for byte what the dump writer (shopsim_wh/ingest/dump_v4.py) gives once spelt by
+The kind's SQL (sql/exports/shopsimrl-v4.sql, atif.sql) assembles every record of a batch at once as JSON text in
+column ``record``, byte for byte what the dump writers (shopsim_wh/ingest/dump_v4.py, dump.py) give once spelt by
 orjson; this module only streams the rows, fixing three things on the way:
 
 * **spelling**: DuckDB writes a few values differently from orjson (doubles of 1e16 and above, the hex digits of
@@ -9,10 +9,8 @@ orjson; this module only streams the rows, fixing three things on the way:
 * **privacy** (:func:`scrub`): unless both are included, a record holding reasoning or persona keys with a value, or
   the persona section of a prompt, is scrubbed in Python (the keys can sit anywhere, raw responses included);
 * **fallback**: the rare episodes the SQL leaves NULL (column ``record_fallback`` says why: residuals of ingested
-  records, payload conflicts, ``model_extra``, lenient JSON) are built by the dump writer, ``RECORD_BATCH``
-  episodes per query set on the export's one connection.
-
-``atif`` still builds every record with the dump writer (``to_atif``).
+  records, payload conflicts, ``model_extra``, lenient JSON, nested sub-agents) are built by the dump writer,
+  ``RECORD_BATCH`` episodes per query set on the export's one connection.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from .registry import OWN_COLUMNS
 from .writer import DUP, SHARD
 
 RECORD_BATCH = 500
-SQL_BUILT = frozenset({"shopsimrl-v4"})  # record kinds whose view assembles the record itself
+SQL_BUILT = frozenset({"shopsimrl-v4", "atif"})  # record kinds whose view assembles the record itself
 
 
 def _builders():
