@@ -234,8 +234,9 @@ def runner_v4(work: Path, n: int) -> tuple[Path, dict]:
 
 def run(code: str, *args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"measurement failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
