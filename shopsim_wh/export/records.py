@@ -25,7 +25,6 @@ from .registry import OWN_COLUMNS
 from .writer import DUP, SHARD
 
 RECORD_BATCH = 500
-SQL_BUILT = frozenset({"shopsimrl-v4", "atif"})  # record kinds whose view assembles the record itself
 
 
 def _builders():
@@ -92,11 +91,7 @@ def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool =
                         pa.field("record", json_type),
                         *([pa.field("__line", pa.string())] if fmt == "jsonl" else []),
                         pa.field(SHARD, pa.int32()), pa.field(DUP, pa.int64())])
-    sql_built = builder in SQL_BUILT
-
     def texts_of(chunk: pa.Table) -> pa.Array:
-        if not sql_built:
-            return pa.array(_python_records(con, chunk, builder, reasoning, persona), pa.string())
         raw = chunk.column("record").combine_chunks()
         if raw.type != pa.string():
             raw = raw.cast(pa.string())
