@@ -6,8 +6,10 @@
     .venv/bin/python bench/bench_ingest.py --sizes "" --runner-v4 2000   # only the runner-shape row
 
 ``--runner-v4 N`` adds the real shape: N episodes run by the runner (scripted model, embedded shop, ~4 steps
-and ~17 KB per episode, many small fields) and re-emitted by ``export shopsimrl-v4 --format jsonl`` (the export
-is timed too: its output MB/s, to set against the ingest's input MB/s).
+and ~46 KB per episode with reasoning and persona, many small fields; beyond 2,000 episodes the runner's
+2,000-episode warehouse is copied under new sample ids) and re-emitted by ``export shopsimrl-v4 --format jsonl``
+(the export is timed too: its output MB/s and MB per CPU-second, to set against the ingest's input figures).
+``--shadow-memory 5GB`` is needed at 100,000 episodes (the export's base-row sort runs out of its 512 MB).
 
 Generates realistic v4 files in the real ShopSimRL runtime's shape (``shopsim_wh.ingest.synth_v4``: ~15 steps,
 KB-sized Chinese observations and reasoning, tool schemas built from observation_state, Python-json
