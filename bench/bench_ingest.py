@@ -6,8 +6,10 @@
     .venv/bin/python bench/bench_ingest.py --sizes "" --runner-v4 2000   # only the runner-shape row
 
 ``--runner-v4 N`` adds the real shape: N episodes run by the runner (scripted model, embedded shop, ~4 steps
-and ~17 KB per episode, many small fields) and re-emitted by ``export shopsimrl-v4 --format jsonl`` (the export
-is timed too: its output MB/s, to set against the ingest's input MB/s).
+and ~46 KB per episode with reasoning and persona, many small fields; beyond 2,000 episodes the runner's
+2,000-episode warehouse is copied under new sample ids) and re-emitted by ``export shopsimrl-v4 --format jsonl``
+(the export is timed too: its output MB/s and MB per CPU-second, to set against the ingest's input figures).
+``--shadow-memory 5GB`` is needed at 100,000 episodes (the export's base-row sort runs out of its 512 MB).
 
 Generates realistic v4 files in the real ShopSimRL runtime's shape (``shopsim_wh.ingest.synth_v4``: ~15 steps,
 KB-sized Chinese observations and reasoning, tool schemas built from observation_state, Python-json
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -139,40 +142,106 @@ import json, resource, shutil, sys, time
 from pathlib import Path
 from shopsim_wh.export import export
 wh, out = sys.argv[1], Path(sys.argv[2])
+if len(sys.argv) > 3:  # --shadow-memory: the one-time sort of the base rows by batch (batches.SHADOW_MEMORY)
+    from shopsim_wh.export import batches
+    batches.SHADOW_MEMORY = sys.argv[3]
 shutil.rmtree(out, ignore_errors=True)
 t = time.perf_counter()
 r = export("shopsimrl-v4", wh, out, format="jsonl", shard_rows=10**9, include_reasoning=True, include_persona=True)
 dt = time.perf_counter() - t
+me = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"seconds": dt, "episodes": r.rows, "bytes": sum(s["bytes"] for s in r.shards),
-                  "file": str(out / r.shards[0]["file"]), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "file": str(out / r.shards[0]["file"]), "peak_rss_mb": me.ru_maxrss / 1024,
+                  "cpu_s": me.ru_utime + me.ru_stime}))
 """
 
 
-def runner_v4(work: Path, n: int) -> tuple[Path, dict]:
-    """The runner-shape v4 file of n episodes (runner warehouse cached in ``work``) and the export's figures."""
+RUNNER_BASE = 2000  # episodes the runner really runs; a larger --runner-v4 N replicates them (see REPLICATE)
+
+REPLICATE = r"""
+import sys
+import duckdb
+from shopsim_wh.db import fetch_arrow
+from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.schema import TABLES
+src, dst, copies = Warehouse(sys.argv[1]), Warehouse(sys.argv[2]), int(sys.argv[3])
+snap = src.snapshot()
+con = duckdb.connect()
+con.execute("SET memory_limit = '1GB'")
+tables = {t: src.read(t, TABLES[t].arrow_schema.names, snap=snap).drop_columns(["run_id"])
+          for t in snap.tables if snap.files(t)}
+run_ids = sorted({e.run_id for es in snap.tables.values() for e in es})
+assert len(run_ids) == 1, run_ids
+ep = tables["episodes"]
+con.register("ep", ep)
+width = con.execute("SELECT max(sample_id) + 1 FROM ep").fetchone()[0]
+with dst.writer() as w:
+    for k in range(copies):
+        con.execute("CREATE OR REPLACE TABLE ids AS SELECT episode_id, "
+                    f"printf('task-%06d__sample-%03d', task_id, sample_id + {k * width}) AS new_id, "
+                    f"sample_id + {k * width} AS new_sample FROM ep")
+        batch = []
+        for name, t in tables.items():
+            if "episode_id" not in t.column_names:
+                if k == 0:
+                    batch.append((name, run_ids[0], t))
+                continue
+            con.register("t", t)
+            extra = ", i.new_sample AS sample_id" if name == "episodes" else ""
+            batch.append((name, run_ids[0], fetch_arrow(
+                con, f"SELECT t.* REPLACE (i.new_id AS episode_id{extra}) FROM t JOIN ids AS i USING (episode_id)")))
+            con.unregister("t")
+        w.commit(batch)
+"""
+
+
+def runner_warehouse(work: Path, n: int) -> Path:
+    """A warehouse of n runner episodes: up to RUNNER_BASE run by the runner (scripted model, embedded shop),
+    beyond that the RUNNER_BASE-episode warehouse copied ceil(n / RUNNER_BASE) times with new sample ids (the same
+    rows under new episode ids: a 100,000-episode run takes the runner hours here). Cached in ``work``."""
     wh = work / f"runner-wh-{n}"
-    if not wh.exists():
+    if wh.exists():
+        return wh
+    base = min(n, RUNNER_BASE)
+    src = work / f"runner-wh-{base}"
+    if not src.exists():
         from shopsim_wh import runner
         from shopsim_wh.config import Config
 
         t = time.perf_counter()
-        per = min(n, 200)
+        per = min(base, 200)
         cfg = Config.model_validate({
-            "experiment": {"name": f"bench-v4-{n}", "seed": 1},
-            "tasks": {"split": "train", "sample_size": per, "repeats": -(-n // per)},
+            "experiment": {"name": f"bench-v4-{base}", "seed": 1},
+            "tasks": {"split": "train", "sample_size": per, "repeats": -(-base // per)},
             "model": {"name": "scripted-strong", "checkpoint_id": "bench", "send_seed": True},
             "runtime": {"concurrency": 16, "max_steps": 30}})
-        runner.run(cfg, str(wh.with_suffix(".tmp")))
-        wh.with_suffix(".tmp").rename(wh)
-        print(f"  (ran {n} runner episodes in {time.perf_counter() - t:.1f}s)", file=sys.stderr)
-    exp = run(EXPORT_V4, str(wh), str(work / f"runner-v4-{n}"))
+        runner.run(cfg, str(src.with_suffix(".tmp")))
+        src.with_suffix(".tmp").rename(src)
+        print(f"  (ran {base} runner episodes in {time.perf_counter() - t:.1f}s)", file=sys.stderr)
+    if n > base:
+        t = time.perf_counter()
+        tmp = wh.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([sys.executable, "-c", REPLICATE, str(src), str(tmp), str(-(-n // base))],
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO, check=True)
+        tmp.rename(wh)
+        print(f"  (replicated {base} runner episodes {-(-n // base)} times in {time.perf_counter() - t:.1f}s)",
+              file=sys.stderr)
+    return wh
+
+
+def runner_v4(work: Path, n: int, shadow_memory: str | None = None) -> tuple[Path, dict]:
+    """The runner-shape v4 file of n episodes (runner warehouse cached in ``work``) and the export's figures."""
+    wh = runner_warehouse(work, n)
+    exp = run(EXPORT_V4, str(wh), str(work / f"runner-v4-{n}"), *([shadow_memory] if shadow_memory else []))
     return Path(exp["file"]), exp
 
 
 def run(code: str, *args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"measurement failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -188,6 +257,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--runner-v4", type=int, default=0, help="also a runner-shape row of N episodes (see above)")
     ap.add_argument("--workdir", default="/tmp/shopsim-wh-bench")
+    ap.add_argument("--shadow-memory", help="DuckDB memory for the export's one-time sort of the base rows by batch "
+                    "(default batches.SHADOW_MEMORY, 512MB: too little for 100,000 runner episodes, see README)")
     ap.add_argument("--no-naive", action="store_true", help="skip the pandas baseline")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each measurement (best is reported)")
     a = ap.parse_args()
@@ -206,7 +277,7 @@ def main() -> None:
     exported = None
     for label, n in rows:
         if label == "runner-v4":
-            src, exported = runner_v4(work, n)
+            src, exported = runner_v4(work, n, a.shadow_memory)
         else:
             src = work / f"v4real-{n}-{a.steps}.jsonl"  # the real runtime's record shape (issue 9)
             if not src.exists():
@@ -230,8 +301,9 @@ def main() -> None:
         mbs = exported["bytes"] / 1e6 / exported["seconds"]
         print(f"runner-v4 export: {a.runner_v4} episodes, {exported['bytes'] / 1e6:.0f} MB "
               f"({exported['bytes'] / 1e3 / max(1, exported['episodes']):.1f} KB/episode) written in "
-              f"{exported['seconds']:.1f} s = {mbs:.1f} MB/s, peak RSS {exported['peak_rss_mb']:.0f} MB "
-              "(compare with the ingest MB/s of the runner-v4 row)", flush=True)
+              f"{exported['seconds']:.1f} s = {mbs:.1f} MB/s, cpu {exported['cpu_s']:.1f} s = "
+              f"{exported['bytes'] / 1e6 / exported['cpu_s']:.0f} MB/cpu-s, peak RSS {exported['peak_rss_mb']:.0f} MB "
+              "(compare with the ingest MB/s and MB/cpu-s of the runner-v4 row)", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from .registry import list_kinds
+from .registry import OWN_COLUMNS, list_kinds
 
 EXAMPLE_CHARS = 160  # a string value of the example row is cut to this many characters
 
@@ -72,9 +72,10 @@ def describe_kinds(warehouse=None) -> list[dict]:
         _materialize(con, MATERIALIZED)
         out = []
         for k in list_kinds():
-            cols = con.execute(f"DESCRIBE SELECT * FROM {k.view}").fetchall()
-            row = con.execute(f"SELECT * FROM {k.view} ORDER BY sample_id LIMIT 1").fetchone()
+            # a record kind's view may assemble the record itself (shopsimrl-v4): listed once, as below
+            cols = [c for c in con.execute(f"DESCRIBE SELECT * FROM {k.view}").fetchall() if c[0] not in OWN_COLUMNS]
             names = [c[0] for c in cols]
+            row = con.execute(f"SELECT {', '.join(names)} FROM {k.view} ORDER BY sample_id LIMIT 1").fetchone()
             out.append({"name": k.name, "grain": k.grain, "trl": k.trl, "description": k.description,
                         "sample": list(k.sample), "filters": list(k.filters), "default_where": k.default_where,
                         "record": k.record,
@@ -198,10 +199,15 @@ status=completed reward=1.0 success=true
 
 ## Record kinds
 
-`shopsimrl-v4` and `atif` write one whole episode per row (column `record`) or JSONL line, built by the dump
-writers for the episodes the kind's view selects, 500 episodes per query set on one connection. With both
-`--include-reasoning` and `--include-persona` the record equals what `shopsim-wh dump` writes for the episode;
-`shopsim-wh dump` stays for single episodes and ShopSimRL run directories.
+`shopsimrl-v4` and `atif` write one whole episode per row (column `record`) or JSONL line. Their views assemble
+every record of a batch at once in SQL (sql/exports/shopsimrl-v4.sql, atif.sql: messages, steps, tool calls,
+tools, observations, rewards, sub-agent trajectories as JSON text with the dump writers' key order); Python
+streams the rows, re-spells the few numbers and escapes DuckDB writes differently from orjson, applies the
+privacy policy, and builds with the dump writer the rare episodes a view leaves to it (column `record_fallback`:
+residuals of ingested records kept in `episodes.source_extra`, conflicting payload keys, `model_extra`, lenient
+JSON texts, sub-agents that spawn sub-agents). With both `--include-reasoning` and `--include-persona` the record
+equals byte for byte what `shopsim-wh dump` writes for the episode; `shopsim-wh dump` stays for single episodes
+and ShopSimRL run directories.
 
 ## Building blocks (`sql/exports/00_*.sql`)
 

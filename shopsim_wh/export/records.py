@@ -1,9 +1,16 @@
 """Record kinds: an export whose row is one whole episode in an interchange format (``shopsimrl-v4``, ``atif``).
 
-The kind's SQL picks the episodes (one row each, with lineage and filter columns); this module turns the
-selected episodes into their records with the dump writers (shopsim_wh/ingest/dump*.py), loading
-``RECORD_BATCH`` episodes of a run per query set on the export's one connection: no connection or view
-installation per episode (the old ``dump`` loop paid ~0.27 s per episode for that).
+The kind's SQL (sql/exports/shopsimrl-v4.sql, atif.sql) assembles every record of a batch at once as JSON text in
+column ``record``, byte for byte what the dump writers (shopsim_wh/ingest/dump_v4.py, dump.py) give once spelt by
+orjson; this module only streams the rows, fixing three things on the way:
+
+* **spelling**: DuckDB writes a few values differently from orjson (doubles of 1e16 and above, the hex digits of
+  ``\\u001F``-style escapes): a record holding such a spelling is re-spelt by an orjson round trip;
+* **privacy** (:func:`scrub`): unless both are included, a record holding reasoning or persona keys with a value, or
+  the persona section of a prompt, is scrubbed in Python (the keys can sit anywhere, raw responses included);
+* **fallback**: the rare episodes the SQL leaves NULL (column ``record_fallback`` says why: residuals of ingested
+  records, payload conflicts, ``model_extra``, lenient JSON, nested sub-agents) are built by the dump writer,
+  ``RECORD_BATCH`` episodes per query set on the export's one connection.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from collections.abc import Iterator
 import orjson
 import pyarrow as pa
 
+from .registry import OWN_COLUMNS
 from .writer import DUP, SHARD
 
 RECORD_BATCH = 500
@@ -29,6 +37,14 @@ def _builders():
 PERSONA_SECTION = re.compile(r"(\n\n)?用户个人文档：\n[^\n]*")
 REASONING_KEYS = frozenset({"reasoning", "reasoning_content", "thinking"})
 PERSONA_KEYS = frozenset({"user_persona", "persona"})
+# Spellings where DuckDB's JSON writer and orjson differ (checked over doubles of every magnitude and every
+# control character): \u001F (orjson: \u001f); 1e16 as 10000000000000000.0 and 1e22 as 1e22 (orjson: 1e+16,
+# 1e+22); 5e-6 as 0.000005 (orjson: 5e-6); Infinity / NaN (orjson: null). A value follows ``:``, ``,`` or ``[``;
+# a match inside a string only costs a needless round trip.
+RESPELL = r"\\u00[01][A-F]|[:,\[]-?(?:[0-9]{17,}\.[0-9]|[0-9.]+e[0-9]|0\.00000|Infinity|NaN)"
+# A key :func:`scrub` nulls, with a value other than null (compact JSON: no value but null starts with n)
+REASONING_RE = r'"(?:reasoning|reasoning_content|thinking)":[^n]'
+PERSONA_RE = r'"(?:user_persona|persona)":[^n]|用户个人文档：'
 
 
 def scrub(value, reasoning: bool, persona: bool):
@@ -49,17 +65,25 @@ def scrub(value, reasoning: bool, persona: bool):
     return value
 
 
+def _needs_python(texts: pa.Array, reasoning: bool, persona: bool) -> list[bool]:
+    """Per record: does its text need the orjson round trip (re-spelling, privacy)?"""
+    import pyarrow.compute as pc
+
+    pattern = "|".join([RESPELL, *([] if reasoning else [REASONING_RE]), *([] if persona else [PERSONA_RE])])
+    return pc.fill_null(pc.match_substring_regex(texts, pattern), False).to_pylist()
+
+
 def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool = False,
                    persona: bool = False) -> pa.RecordBatchReader:
-    """Run the kind's (narrow, one row per episode) ``query`` to the end, then yield batches with a ``record``
-    column (JSON) and, for JSONL, the ``__line``; records pass :func:`scrub` (privacy by default)."""
-    from ..ingest.dump import load_episodes
+    """Run the kind's (one row per episode) ``query``, then yield batches with a ``record`` column (JSON) and, for
+    JSONL, the ``__line``; records pass :func:`scrub` (privacy by default)."""
+    from .. import __version__
+    from ..db import fetch_arrow, sql_string
 
-    to_record = _builders()[builder]
-    cur = con.execute(query)
-    names = [d[0] for d in cur.description]
-    rows = cur.fetchall()  # ids and filter columns only: one small row per episode
-    base = [n for n in names if n not in (SHARD, DUP)]
+    con.execute(f"SET VARIABLE export_tool_version = {sql_string(__version__)}")
+    table = fetch_arrow(con, query)  # one batch of the export: ~RECORD_BATCH episodes
+    names = table.column_names
+    base = [n for n in names if n not in (SHARD, DUP, *OWN_COLUMNS)]
     json_type = pa.json_() if fmt == "parquet" else pa.string()
     schema = pa.schema([*(pa.field(n, pa.string()) for n in ("sample_id", "run_id", "episode_id")),
                         pa.field("task_id", pa.int64()),
@@ -67,34 +91,58 @@ def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool =
                         pa.field("record", json_type),
                         *([pa.field("__line", pa.string())] if fmt == "jsonl" else []),
                         pa.field(SHARD, pa.int32()), pa.field(DUP, pa.int64())])
+    def texts_of(chunk: pa.Table) -> pa.Array:
+        raw = chunk.column("record").combine_chunks()
+        if raw.type != pa.string():
+            raw = raw.cast(pa.string())
+        redo = [i for i, r in enumerate(_needs_python(raw, reasoning, persona)) if r]
+        missing = [i for i in range(len(raw)) if not raw[i].is_valid] if raw.null_count else []
+        if not redo and not missing:
+            return raw  # the common case with both privacy flags: the SQL's text as it is, no copy
+        texts = raw.to_pylist()
+        for i in redo:
+            if texts[i] is not None:
+                rec = orjson.loads(texts[i])
+                if not (reasoning and persona):
+                    rec = scrub(rec, reasoning, persona)
+                texts[i] = orjson.dumps(rec, option=orjson.OPT_NON_STR_KEYS).decode()
+        if missing:
+            for i, t in zip(missing, _python_records(con, chunk.take(missing), builder, reasoning, persona), strict=True):
+                texts[i] = t
+        return pa.array(texts, pa.string())
 
     def gen() -> Iterator[pa.RecordBatch]:
-        for start in range(0, len(rows), RECORD_BATCH):
-            chunk = [dict(zip(names, r, strict=True)) for r in rows[start:start + RECORD_BATCH]]
-            records: dict[tuple, str] = {}
-            for run_id in sorted({r["run_id"] for r in chunk}):
-                ids = [r["episode_id"] for r in chunk if r["run_id"] == run_id]
-                last: dict[str, object] = {}
-                for ep in load_episodes(con, run_id, episode_ids=ids):
-                    last[ep.eid] = ep  # attempts arrive in order: the last one stays, as the episodes view keeps
-                for eid, ep in last.items():
-                    rec = to_record(ep)
-                    if not (reasoning and persona):  # both included: nothing to scrub
-                        rec = scrub(rec, reasoning, persona)
-                    records[(run_id, eid)] = orjson.dumps(rec, option=orjson.OPT_NON_STR_KEYS).decode()
-            cols = {f.name: [] for f in schema}
-            for r in chunk:
-                text = records[(r["run_id"], r["episode_id"])]
-                for f in schema:
-                    if f.name in ("record", "__line"):
-                        cols[f.name].append(text)
-                    else:
-                        v = r.get(f.name)
-                        cols[f.name].append(v if v is None or f.type != pa.string() else str(v))
-            arrays = [pa.array(cols[f.name], pa.string()) if f.name == "record" and fmt == "parquet"
-                      else pa.array(cols[f.name], f.type) for f in schema]
-            if fmt == "parquet":
-                arrays[schema.get_field_index("record")] = arrays[schema.get_field_index("record")].cast(json_type)
+        for start in range(0, table.num_rows, RECORD_BATCH):
+            chunk = table.slice(start, RECORD_BATCH)
+            texts = texts_of(chunk)
+            arrays = []
+            for f in schema:
+                if f.name in ("record", "__line"):
+                    arrays.append(texts.cast(json_type) if f.name == "record" and fmt == "parquet" else texts)
+                    continue
+                values = chunk.column(f.name).to_pylist()
+                if f.type == pa.string():
+                    values = [v if v is None else str(v) for v in values]
+                arrays.append(pa.array(values, f.type))
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     return pa.RecordBatchReader.from_batches(schema, gen())
+
+
+def _python_records(con, chunk: pa.Table, builder: str, reasoning: bool, persona: bool) -> list[str]:
+    """The records of ``chunk``'s episodes built by the dump writer (their last attempts), as orjson text."""
+    from ..ingest.dump import load_episodes
+
+    to_record = _builders()[builder]
+    keys = list(zip(chunk.column("run_id").to_pylist(), chunk.column("episode_id").to_pylist(), strict=True))
+    records: dict[tuple, str] = {}
+    for run_id in sorted({r for r, _ in keys}):
+        last: dict[str, object] = {}
+        for ep in load_episodes(con, run_id, episode_ids=[e for r, e in keys if r == run_id]):
+            last[ep.eid] = ep  # attempts arrive in order: the last one stays, as the episodes view keeps
+        for eid, ep in last.items():
+            rec = to_record(ep)
+            if not (reasoning and persona):  # both included: nothing to scrub
+                rec = scrub(rec, reasoning, persona)
+            records[(run_id, eid)] = orjson.dumps(rec, option=orjson.OPT_NON_STR_KEYS).decode()
+    return [records[k] for k in keys]

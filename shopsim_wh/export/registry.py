@@ -33,6 +33,7 @@ from ..errors import ShopsimError
 
 HEADER = re.compile(r"^--\s*([a-z][a-z-]*):\s?(.*)$")
 REQUIRED = ("export", "grain", "sample", "filters", "description")
+OWN_COLUMNS = ("record", "record_fallback")  # columns of a record kind's view that are not output columns
 
 
 class ExportError(ShopsimError):
