@@ -1,0 +1,176 @@
+"""The warehouse views on Spark SQL, translated from the one source of truth in ``sql/``.
+
+``register(spark, warehouse)`` creates in a SparkSession
+
+* ``stg_<table>``: a temporary view over exactly the current snapshot's files of each table (never a glob), with
+  ``run_id`` from the Hive path (``basePath`` partition discovery, typed STRING by the declared schema), like
+  :func:`shopsim_wh.db.staging_sql` on DuckDB;
+* every base, IR and analytics view and (``exports=True``) the exports layer, each statement of ``sql/`` parsed
+  as DuckDB SQL and written as Spark SQL by sqlglot after :mod:`shopsim_wh.spark_sql` rewrote the DuckDB-only
+  constructs (macros inlined, ``getvariable`` as session variables, JSON and list functions mapped; see
+  docs/scale.md "Views on Spark" for the table).
+
+Views that do not translate yet are listed in :data:`UNSUPPORTED` with the reason; ``register`` skips them (and
+whatever reads them) and returns what it created. pyspark and sqlglot are imported lazily (extra ``spark``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import WarehouseError
+from .schema import PARTITION_KEY, TABLES
+
+# view -> why it is not created on Spark (the list can only shrink: tests/test_spark.py asserts it exactly)
+UNSUPPORTED: dict[str, str] = {}
+
+# export parameters (DuckDB variables) and their Spark session-variable types
+EXPORT_VARIABLES = {
+    "export_window": "BIGINT", "export_max_tokens": "BIGINT", "export_include_reasoning": "BOOLEAN",
+    "export_include_persona": "BOOLEAN", "export_gamma": "DOUBLE", "export_min_margin": "DOUBLE",
+    "export_min_step_margin": "DOUBLE", "export_max_pairs": "BIGINT", "export_prm_threshold": "DOUBLE",
+}
+
+
+def _spark_type(t) -> str:
+    import pyarrow as pa
+
+    names = {pa.string(): "STRING", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
+             pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.timestamp("us", tz="UTC"): "TIMESTAMP"}
+    return names[t]
+
+
+def table_ddl_schema(table: str) -> str:
+    """The Spark DDL schema of a warehouse table, ``run_id`` (the partition column) last."""
+    cols = [f"`{c.name}` {_spark_type(c.type)}" for c in TABLES[table].columns]
+    return ", ".join([*cols, f"`{PARTITION_KEY}` STRING"])
+
+
+def _files(root: Path, table: str, snap) -> list[str]:
+    return [str((root / e.path).resolve()) for e in snap.files(table)]
+
+
+def staging_frames(spark, root, snap=None) -> dict:
+    """{``stg_<table>``: DataFrame} over exactly the snapshot's files."""
+    from .warehouse import Warehouse
+
+    wh = Warehouse(root)
+    snap = snap or wh.snapshot()
+    out = {}
+    for table in TABLES:
+        schema = table_ddl_schema(table)
+        files = _files(wh.root, table, snap)
+        if files:
+            df = spark.read.schema(schema).option("basePath", str((wh.root / table).resolve())).parquet(*files)
+        else:
+            df = spark.createDataFrame([], schema)
+        out["stg_" + table] = df
+    return out
+
+
+def staging_ddl(root, snap=None) -> list[str]:
+    """The ``stg_`` views as Spark SQL DDL (for ``shopsim-wh spark-views``): one temporary view per table over
+    the snapshot's exact file list (the ``paths`` option, a JSON list) with ``basePath`` for ``run_id``."""
+    import json
+
+    from .warehouse import Warehouse
+
+    wh = Warehouse(root)
+    snap = snap or wh.snapshot()
+    out = []
+    for table in TABLES:
+        files = _files(wh.root, table, snap)
+        name = f"stg_{table}"
+        if not files:
+            cols = ", ".join(f"CAST(NULL AS {t.split(' ', 1)[1]}) AS {t.split(' ', 1)[0]}"
+                             for t in table_ddl_schema(table).split(", "))
+            out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name} AS SELECT {cols} WHERE false")
+            continue
+        opts = {"paths": json.dumps(files), "basePath": str((wh.root / table).resolve())}
+        opt_sql = ", ".join(f"{k} {_quote(v)}" for k, v in opts.items())
+        out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name} ({table_ddl_schema(table)}) USING parquet "
+                   f"OPTIONS ({opt_sql})")
+    return out
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass
+class Registered:
+    views: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # view -> reason
+
+
+def view_statements(exports: bool = False) -> list[tuple[str, str, str]]:
+    """(file, view name, Spark SQL) for every shipped view in dependency order (macros are inlined, so they have
+    no statement of their own)."""
+    from .db import LAYERS, ON_DEMAND_LAYERS, ordered_sql, sql_dir
+    from .spark_sql import Translator
+
+    tr = Translator()
+    out = []
+    for name, text in ordered_sql(str(sql_dir())):
+        layer = name.split("/")[0]
+        if layer not in LAYERS or (layer in ON_DEMAND_LAYERS and not exports):
+            continue
+        for view, sql in tr.file(text):
+            out.append((name, view, sql))
+    return out
+
+
+def variable_ddl() -> list[str]:
+    return [f"DECLARE OR REPLACE VARIABLE {n} {t} DEFAULT NULL" for n, t in EXPORT_VARIABLES.items()]
+
+
+def register(spark, warehouse, exports: bool = True, snap=None) -> Registered:
+    """Create the ``stg_`` views of the warehouse's current snapshot (or ``snap``) and every translated view in
+    ``spark``; returns the views created and those skipped (with the reason)."""
+    root = Path(warehouse)
+    if not (root / "_catalog").is_dir():
+        raise WarehouseError(f"no warehouse at {root}; point --warehouse at one built by `run` or `ingest`")
+    for name, df in staging_frames(spark, root, snap).items():
+        df.createOrReplaceTempView(name)
+    for stmt in variable_ddl():
+        spark.sql(stmt)
+    out = Registered()
+    for file, view, sql in view_statements(exports):
+        blocked = UNSUPPORTED.get(view) or next((f"reads {d} ({out.skipped[d]})" for d in out.skipped
+                                                 if _names(sql, d)), None)
+        if blocked:
+            out.skipped[view] = blocked
+            continue
+        try:
+            spark.sql(sql)
+        except Exception as exc:  # noqa: BLE001 - the analyzer's reason is reported per view
+            if os.environ.get("SHOPSIM_WH_SPARK_STRICT"):
+                raise WarehouseError(f"Spark cannot create {view} (sql/{file}): {exc}") from exc
+            out.skipped[view] = "Spark: " + str(exc).split("\n")[0][:300]
+            continue
+        out.views.append(view)
+    return out
+
+
+def _names(sql: str, name: str) -> bool:
+    import re
+
+    return re.search(rf"(?<![\w.`]){re.escape(name)}(?![\w`])", sql) is not None
+
+
+def session(app: str = "shopsim-wh", master: str | None = None):
+    """A local SparkSession for the CLI (``local[2]``, 2 shuffle partitions, UI off, UTC) unless ``SPARK_REMOTE``
+    or ``master`` names a cluster."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise WarehouseError("Spark needs pyspark and sqlglot: pip install 'shopsim-wh[spark]' (and Java 17+)") from exc
+    b = SparkSession.builder.appName(app)
+    if master or not os.environ.get("SPARK_REMOTE"):
+        b = b.master(master or os.environ.get("SHOPSIM_WH_SPARK_MASTER", "local[2]"))
+    spark = (b.config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

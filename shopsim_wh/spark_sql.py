@@ -1,0 +1,369 @@
+"""DuckDB SQL of ``sql/`` -> Spark SQL: sqlglot (``read="duckdb"``, ``write="spark"``) after rewriting the
+constructs Spark has no form of, on sqlglot's tree:
+
+* ``CREATE MACRO`` (scalar and table): no statement; every call is inlined (parameters substituted, the macro's
+  body already inlined itself), in views and in user queries alike;
+* ``getvariable('x')`` -> the Spark session variable ``system.session.x`` (declared by ``register``);
+* ``CREATE TEMP TABLE`` / ``CREATE VIEW`` -> ``CREATE OR REPLACE TEMPORARY VIEW``;
+* ``* REPLACE (...)`` / ``* EXCLUDE (...)`` -> the column list, from the columns Spark reports for the relation;
+* JSON, list and string functions DuckDB has and Spark spells otherwise (see :data:`FUNCTIONS` and
+  :meth:`Translator._function`).
+
+The docs table (docs/scale.md "Views on Spark") lists each construct with its Spark form.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+import sqlglot
+from sqlglot import exp
+
+
+class Translator:
+    """Translates statements in order; remembers the macros it has seen (so later statements inline them)."""
+
+    def __init__(self, columns_of: Callable[[str], list[str] | None] | None = None):
+        self.macros: dict[str, tuple[list[str], exp.Expression, bool]] = {}
+        self.columns_of = columns_of
+
+    # ------------------------------------------------------------------------------------------ statements
+    def file(self, text: str) -> Iterator[tuple[str, str]]:
+        """(view name, Spark DDL) for each view/table a file creates; macros are remembered, not emitted."""
+        for stmt in sqlglot.parse(text, read="duckdb"):
+            if stmt is None:
+                continue
+            out = self.statement(stmt)
+            if out:
+                yield out
+
+    def statement(self, stmt: exp.Expression) -> tuple[str, str] | None:
+        if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() == "MACRO":
+            udf = stmt.this
+            params = [i.name for i in udf.expressions]
+            body = self.rewrite(stmt.expression.copy())
+            self.macros[udf.this.name.lower()] = (params, body, isinstance(body, exp.Query))
+            return None
+        if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() in ("VIEW", "TABLE"):
+            name = stmt.this.name
+            body = self.rewrite(stmt.expression.copy())
+            return name, f"CREATE OR REPLACE TEMPORARY VIEW {name} AS " + body.sql(dialect="spark")
+        raise ValueError(f"cannot translate statement for Spark: {stmt.sql(dialect='duckdb')[:120]}")
+
+    def query(self, sql: str) -> str:
+        """A user query (DuckDB dialect, may call the shipped macros) as Spark SQL."""
+        stmts = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
+        if len(stmts) != 1:
+            raise ValueError("give exactly one SQL statement")
+        return self.rewrite(stmts[0]).sql(dialect="spark")
+
+    # ------------------------------------------------------------------------------------------ rewriting
+    def rewrite(self, tree: exp.Expression) -> exp.Expression:
+        """Rewrite a tree (copied first). A handler that replaces a node rewrites the children it keeps itself
+        (sqlglot's transform does not descend into a replacement)."""
+        return tree.copy().transform(self._node, copy=False)
+
+    def _node(self, node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.CTE) and node.args.get("materialized") is not None:
+            node.set("materialized", None)
+        if isinstance(node, exp.Select) and any(isinstance(e, exp.Star) and (e.args.get("replace") or e.args.get("except"))
+                                                for e in node.expressions):
+            return self._expand_star(node)
+        if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous):
+            return self._table_macro(node)
+        if isinstance(node, exp.Anonymous):
+            name = node.name.lower()
+            if name in self.macros and not self.macros[name][2]:
+                return self._inline(name, node.expressions)
+            if name == "getvariable":
+                return exp.column(node.expressions[0].name, table="session", db="system")
+        handler = HANDLERS.get(type(node).__name__) or (
+            HANDLERS.get("fn:" + node.name.lower()) if isinstance(node, exp.Anonymous) else None)
+        if handler:
+            return handler(self, node)
+        return node
+
+    def sub(self, node: exp.Expression | None) -> exp.Expression | None:
+        return None if node is None else self.rewrite(node)
+
+    def _inline(self, name: str, args: list[exp.Expression]) -> exp.Expression:
+        params, body, _ = self.macros[name]
+        if len(args) != len(params):
+            raise ValueError(f"macro {name} takes {len(params)} arguments, not {len(args)}")
+        values = {p.lower(): self.sub(a) for p, a in zip(params, args, strict=True)}
+
+        def put(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Column) and not n.table and n.name.lower() in values:
+                return exp.paren(values[n.name.lower()].copy(), copy=False)
+            return n
+
+        return body.copy().transform(put)
+
+    def _table_macro(self, node: exp.Table) -> exp.Expression:
+        name = node.this.name.lower()
+        if name not in self.macros:
+            return node
+        sub = self._inline(name, node.this.expressions)
+        return exp.Subquery(this=sub, alias=exp.TableAlias(this=exp.to_identifier(node.alias or name)))
+
+    def _expand_star(self, select: exp.Select) -> exp.Expression:
+        """``SELECT * REPLACE (e AS c) / * EXCLUDE (c)`` -> the explicit column list: the relation's columns come
+        from Spark (``columns_of`` analyses the same SELECT with a plain ``*``)."""
+        star = next(e for e in select.expressions if isinstance(e, exp.Star))
+        probe = select.copy()
+        probe.set("expressions", [exp.Star()])
+        cols = (self.columns_of or duckdb_columns)(probe.sql(dialect="duckdb"))
+        replace = {a.alias.lower(): a for a in star.args.get("replace") or []}
+        drop = {c.name.lower() for c in star.args.get("except") or []}
+        items = [exp.alias_(self.sub(replace[c.lower()].this), c) if c.lower() in replace else exp.column(c)
+                 for c in cols if c.lower() not in drop]
+        out = select.copy()
+        out.set("expressions", [self.sub(e) if e is not star else None for e in select.expressions])
+        exprs = []
+        for e in select.expressions:
+            exprs.extend(items if e is star else [self.sub(e)])
+        for key in ("from_", "from", "joins", "where", "group", "having", "qualify", "order", "limit", "with_", "with"):
+            if key in out.args and out.args[key] is not None:
+                val = out.args[key]
+                out.set(key, [self.sub(v) for v in val] if isinstance(val, list) else self.sub(val))
+        out.set("expressions", exprs)
+        return out
+
+
+_ORACLE: list = []
+
+
+def duckdb_columns(query: str) -> list[str]:
+    """The column names of a DuckDB query over the shipped views, bound on an empty warehouse (no data read):
+    the schema oracle for star expansion."""
+    return [r[0] for r in oracle().execute(f"DESCRIBE {query}").fetchall()]
+
+
+def oracle():
+    """A DuckDB connection with every shipped view (exports included) over an empty snapshot."""
+    if not _ORACLE:
+        import duckdb
+
+        from .db import install_exports, install_views
+        from .warehouse import Snapshot, Warehouse
+
+        con = duckdb.connect()
+        install_views(con, Warehouse("/nonexistent-shopsim-wh"), Snapshot())
+        install_exports(con)
+        _ORACLE.append(con)
+    return _ORACLE[0]
+
+
+def tmpl(sql: str, *args: exp.Expression) -> exp.Expression:
+    """A Spark-dialect template with placeholders ``_0``, ``_1``, ... replaced by (already rewritten) trees."""
+    tree = sqlglot.parse_one(sql, read="spark")
+
+    def put(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not n.table and re.fullmatch(r"_\d+", n.name):
+            return args[int(n.name[1:])].copy()
+        return n
+
+    return tree.transform(put)
+
+
+HANDLERS: dict[str, Callable[[Translator, exp.Expression], exp.Expression]] = {}
+
+
+def handles(*names: str):
+    def deco(fn):
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+
+    return deco
+
+
+def _is_json_type(dt: exp.Expression | None) -> bool:
+    return isinstance(dt, exp.DataType) and dt.this == exp.DataType.Type.JSON
+
+
+def _spark_type(dt: exp.DataType) -> exp.DataType:
+    """DuckDB JSON is text on Spark (STRING; JSON[] -> ARRAY<STRING>)."""
+    dt = dt.copy()
+    for n in list(dt.walk()):
+        if _is_json_type(n):
+            n.replace(exp.DataType.build("STRING"))
+    return dt
+
+
+@handles("Cast", "TryCast")
+def _cast(tr: Translator, node: exp.Cast) -> exp.Expression:
+    inner = tr.sub(node.this)
+    if _is_json_type(node.to):  # CAST(x AS JSON): the text itself
+        return inner
+    node = node.copy()
+    node.set("this", inner)
+    node.set("to", _spark_type(node.to))
+    return node
+
+
+@handles("ParseJSON")
+def _json(tr: Translator, node: exp.Expression) -> exp.Expression:
+    return tr.sub(node.this)
+
+
+def _json_producer(node: exp.Expression) -> bool:
+    """Does this DuckDB expression yield JSON (to embed as JSON, not as a quoted string)?"""
+    if isinstance(node, exp.Paren):
+        return _json_producer(node.this)
+    if isinstance(node, exp.Cast):
+        return _is_json_type(node.to)
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower() in ("to_json", "json_merge_patch")
+    return isinstance(node, exp.JSONObject | exp.ParseJSON | exp.JSONExtract)
+
+
+def _variant(tr: Translator, node: exp.Expression) -> exp.Expression:
+    if _json_producer(node):
+        return tmpl("try_parse_json(_0)", tr.sub(node))
+    return tmpl("CAST(_0 AS VARIANT)", tr.sub(node))
+
+
+@handles("fn:to_json")
+def _to_json(tr: Translator, node: exp.Anonymous) -> exp.Expression:
+    arg = node.expressions[0]
+    if isinstance(arg, exp.Struct | exp.Array | exp.ArrayAgg):
+        return tmpl("to_json(_0)", tr.sub(arg))
+    return tmpl("to_json(_0)", _variant(tr, arg))
+
+
+@handles("JSONObject")
+def _json_object(tr: Translator, node: exp.JSONObject) -> exp.Expression:
+    args = []
+    for kv in node.expressions:
+        args += [kv.this.copy(), _variant(tr, kv.expression)]
+    return tmpl("to_json(_0)", exp.Anonymous(this="named_struct", expressions=args))
+
+
+def _path(path: exp.Expression) -> exp.Expression:
+    """DuckDB's JSON path ``$."key"`` -> ``$['key']`` (a literal path; others are kept)."""
+    if isinstance(path, exp.Literal) and path.is_string:
+        text = re.sub(r'\."((?:[^"\\]|\\.)*)"', lambda m: "['" + m.group(1).replace("'", "\\'") + "']", path.this)
+        if not text.startswith("$"):
+            text = "$." + text
+        return exp.Literal.string(text)
+    if isinstance(path, exp.Literal):  # an integer index
+        return exp.Literal.string(f"$[{path.this}]")
+    return path
+
+
+def _json_path_args(tr: Translator, node: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
+    path = node.expression
+    if isinstance(path, exp.JSONPath):
+        path = exp.Literal.string(path.sql(dialect="duckdb").strip("'"))
+    return tr.sub(node.this), _path(tr.sub(path))
+
+
+@handles("JSONExtract")
+def _json_extract(tr: Translator, node: exp.Expression) -> exp.Expression:
+    doc, path = _json_path_args(tr, node)
+    return tmpl("to_json(variant_get(try_parse_json(_0), _1))", doc, path)
+
+
+@handles("JSONExtractScalar")
+def _json_extract_string(tr: Translator, node: exp.Expression) -> exp.Expression:
+    doc, path = _json_path_args(tr, node)
+    return tmpl("""CASE WHEN schema_of_variant(variant_get(try_parse_json(_0), _1)) = 'STRING'
+        THEN CAST(variant_get(try_parse_json(_0), _1) AS STRING)
+        ELSE to_json(variant_get(try_parse_json(_0), _1)) END""", doc, path)
+
+
+@handles("JSONType")
+def _json_type(tr: Translator, node: exp.Expression) -> exp.Expression:
+    doc = tmpl("try_parse_json(_0)", tr.sub(node.this))
+    if node.args.get("expression") is not None:
+        doc = tmpl("variant_get(_0, _1)", doc, _path(tr.sub(node.expression)))
+    return tmpl("""CASE
+        WHEN _0 IS NULL THEN NULL
+        WHEN schema_of_variant(_0) LIKE 'OBJECT%' THEN 'OBJECT'
+        WHEN schema_of_variant(_0) LIKE 'ARRAY%' THEN 'ARRAY'
+        WHEN schema_of_variant(_0) = 'STRING' THEN 'VARCHAR'
+        WHEN schema_of_variant(_0) = 'VOID' THEN 'NULL'
+        WHEN schema_of_variant(_0) = 'BOOLEAN' THEN 'BOOLEAN'
+        WHEN schema_of_variant(_0) IN ('BIGINT', 'INT', 'SMALLINT', 'TINYINT')
+            THEN CASE WHEN variant_get(_0, '$', 'bigint') >= 0 THEN 'UBIGINT' ELSE 'BIGINT' END
+        ELSE 'DOUBLE' END""", doc)
+
+
+@handles("fn:json_valid")
+def _json_valid(tr: Translator, node: exp.Anonymous) -> exp.Expression:
+    return tmpl("CASE WHEN _0 IS NULL THEN NULL ELSE try_parse_json(_0) IS NOT NULL END", tr.sub(node.expressions[0]))
+
+
+def _spec_type(spec) -> str:
+    """A DuckDB JSON structure (json_transform / from_json) as a Spark DDL type."""
+    if isinstance(spec, list):
+        return f"ARRAY<{_spec_type(spec[0])}>"
+    if isinstance(spec, dict):
+        return "STRUCT<" + ", ".join(f"`{k}`: {_spec_type(v)}" for k, v in spec.items()) + ">"
+    return {"VARCHAR": "STRING", "JSON": "STRING", "INTEGER": "INT", "UBIGINT": "BIGINT"}.get(spec.upper(), spec.upper())
+
+
+@handles("FromJson", "fn:json_transform", "fn:from_json")
+def _from_json(tr: Translator, node: exp.Expression) -> exp.Expression:
+    import json
+
+    args = node.expressions if isinstance(node, exp.Anonymous) else [node.this, node.expression]
+    spec = json.loads(args[1].this)
+    return tmpl("from_json(_0, _1)", tr.sub(args[0]), exp.Literal.string(_spec_type(spec)))
+
+
+def _ordered_list(tr: Translator, value: exp.Expression, order: list[exp.Ordered]) -> exp.Expression:
+    """list(v ORDER BY k1, k2 DESC) -> the values of collect_list(named_struct(keys, v)) sorted by a comparator
+    that follows DuckDB's order (NULLS LAST by default); NULL values are kept (collect_list drops NULLs only)."""
+    fields: list[exp.Expression] = []
+    for i, o in enumerate(order):
+        fields += [exp.Literal.string(f"k{i}"), tr.sub(o.this)]
+    fields += [exp.Literal.string("v"), tr.sub(value)]
+    cmp = "0"
+    for i, o in reversed(list(enumerate(order))):
+        lt, gt = ("1", "-1") if o.args.get("desc") else ("-1", "1")
+        nl = "-1" if o.args.get("nulls_first") else "1"
+        cmp = (f"CASE WHEN l.k{i} IS NULL AND r.k{i} IS NULL THEN {cmp} WHEN l.k{i} IS NULL THEN {nl} "
+               f"WHEN r.k{i} IS NULL THEN -{nl} WHEN l.k{i} < r.k{i} THEN {lt} WHEN l.k{i} > r.k{i} THEN {gt} "
+               f"ELSE {cmp} END").replace("--", "")
+    return tmpl(f"transform(array_sort(collect_list(_0), (l, r) -> {cmp}), s -> s.v)",
+                exp.Anonymous(this="named_struct", expressions=fields))
+
+
+@handles("ArrayAgg")
+def _list(tr: Translator, node: exp.ArrayAgg) -> exp.Expression:
+    if isinstance(node.this, exp.Order):
+        return _ordered_list(tr, node.this.this, node.this.expressions)
+    return tmpl("transform(collect_list(named_struct('v', _0)), s -> s.v)", tr.sub(node.this))
+
+
+@handles("GroupConcat")
+def _string_agg(tr: Translator, node: exp.GroupConcat) -> exp.Expression:
+    sep = tr.sub(node.args.get("separator")) or exp.Literal.string(",")
+    if isinstance(node.this, exp.Order):
+        return tmpl("array_join(_0, _1)", _ordered_list(tr, node.this.this, node.this.expressions), sep)
+    return tmpl("array_join(collect_list(_0), _1)", tr.sub(node.this), sep)
+
+
+@handles("Bracket")
+def _bracket(tr: Translator, node: exp.Bracket) -> exp.Expression:
+    """l[i] (1-based on DuckDB, NULL out of range) -> try_element_at(l, i) (also NULL out of range under ANSI)."""
+    idx = node.expressions[0]
+    if len(node.expressions) != 1 or (isinstance(idx, exp.Literal) and idx.is_string):
+        return node
+    one = exp.Literal.number(int(idx.this) + 1) if isinstance(idx, exp.Literal) else exp.Add(
+        this=tr.sub(idx), expression=exp.Literal.number(1))
+    return tmpl("try_element_at(_0, _1)", tr.sub(node.this), one)
+
+
+@handles("Length")
+def _length(tr: Translator, node: exp.Length) -> exp.Expression:
+    """DuckDB len()/length() of a list -> size(); of text -> length()."""
+    arg = node.this
+    if isinstance(arg, exp.Coalesce) and any(isinstance(a, exp.Array) for a in arg.expressions):
+        return tmpl("size(_0)", tr.sub(arg))
+    if isinstance(arg, exp.Dot | exp.Column) and "call" in arg.sql().lower():
+        return tmpl("size(_0)", tr.sub(arg))
+    return tmpl("length(_0)", tr.sub(arg))
