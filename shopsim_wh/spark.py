@@ -66,7 +66,7 @@ def staging_frames(spark, root, snap=None) -> dict:
             df = spark.read.schema(schema).option("basePath", str((wh.root / table).resolve())).parquet(*files)
         else:
             df = spark.createDataFrame([], schema)
-        out["stg_" + table] = df
+        out["stg_" + table] = df.select(PARTITION_KEY, *TABLES[table].column_names)  # run_id first, as on DuckDB
     return out
 
 
@@ -85,13 +85,15 @@ def staging_ddl(root, snap=None) -> list[str]:
         name = f"stg_{table}"
         if not files:
             cols = ", ".join(f"CAST(NULL AS {t.split(' ', 1)[1]}) AS {t.split(' ', 1)[0]}"
-                             for t in table_ddl_schema(table).split(", "))
+                             for t in [table_ddl_schema(table).split(", ")[-1], *table_ddl_schema(table).split(", ")[:-1]])
             out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name} AS SELECT {cols} WHERE false")
             continue
         opts = {"paths": json.dumps(files), "basePath": str((wh.root / table).resolve())}
         opt_sql = ", ".join(f"{k} {_quote(v)}" for k, v in opts.items())
-        out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name} ({table_ddl_schema(table)}) USING parquet "
+        cols = ", ".join(f"`{c}`" for c in [PARTITION_KEY, *TABLES[table].column_names])
+        out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name}__files ({table_ddl_schema(table)}) USING parquet "
                    f"OPTIONS ({opt_sql})")
+        out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name} AS SELECT {cols} FROM {name}__files")
     return out
 
 
@@ -106,49 +108,66 @@ class Registered:
 
 
 def view_statements(exports: bool = False) -> list[tuple[str, str, str]]:
-    """(file, view name, Spark SQL) for every shipped view in dependency order (macros are inlined, so they have
-    no statement of their own)."""
+    """(file, view name, Spark SELECT) for every shipped view in dependency order (macros are inlined, so they
+    have no statement of their own)."""
     from .db import LAYERS, ON_DEMAND_LAYERS, ordered_sql, sql_dir
     from .spark_sql import Translator
 
     tr = Translator()
-    out = []
-    for name, text in ordered_sql(str(sql_dir())):
-        layer = name.split("/")[0]
-        if layer not in LAYERS or (layer in ON_DEMAND_LAYERS and not exports):
-            continue
-        for view, sql in tr.file(text):
-            out.append((name, view, sql))
-    return out
+    files = [(n, t) for n, t in ordered_sql(str(sql_dir()))
+             if n.split("/")[0] in LAYERS and (exports or n.split("/")[0] not in ON_DEMAND_LAYERS)]
+    tr.learn_macros([t for _, t in files])
+    return [(name, view, sql) for name, text in files for view, sql in tr.file(text)]
 
 
 def variable_ddl() -> list[str]:
     return [f"DECLARE OR REPLACE VARIABLE {n} {t} DEFAULT NULL" for n, t in EXPORT_VARIABLES.items()]
 
 
-def register(spark, warehouse, exports: bool = True, snap=None) -> Registered:
+def register(spark, warehouse, exports: bool = True, snap=None, materialize: tuple[str, ...] = (), *,
+             base: bool = True, scope: list[str] | None = None, variables: dict | None = None) -> Registered:
     """Create the ``stg_`` views of the warehouse's current snapshot (or ``snap``) and every translated view in
-    ``spark``; returns the views created and those skipped (with the reason)."""
+    ``spark``; returns the views created and those skipped (with the reason).
+
+    ``materialize``: views computed once (``localCheckpoint``) when created, as DuckDB's export computes its
+    building blocks into TEMP tables; the views above them then analyse a leaf instead of the whole stack below
+    (on a deep stack such as the exports' this is most of Spark's planning time). ``base=False`` creates only the
+    exports layer (over views created before); ``scope`` (run ids) replaces the default ``export_scope`` and
+    ``variables`` sets the export parameters (session variables) first: a view keeps the plan it was created
+    with, so both must be in place before the exports layer is."""
     root = Path(warehouse)
     if not (root / "_catalog").is_dir():
         raise WarehouseError(f"no warehouse at {root}; point --warehouse at one built by `run` or `ingest`")
-    for name, df in staging_frames(spark, root, snap).items():
-        df.createOrReplaceTempView(name)
-    for stmt in variable_ddl():
-        spark.sql(stmt)
+    if base:
+        for name, df in staging_frames(spark, root, snap).items():
+            df.createOrReplaceTempView(name)
+    if exports:
+        for stmt in variable_ddl():
+            spark.sql(stmt)
+        for name, value in (variables or {}).items():
+            spark.sql(f"SET VAR {name} = :value", args={"value": value}) if value is not None else \
+                spark.sql(f"SET VAR {name} = NULL")
     out = Registered()
     for file, view, sql in view_statements(exports):
+        if not base and not file.startswith("exports/"):
+            continue
         blocked = UNSUPPORTED.get(view) or next((f"reads {d} ({out.skipped[d]})" for d in out.skipped
                                                  if _names(sql, d)), None)
         if blocked:
             out.skipped[view] = blocked
             continue
-        try:
-            spark.sql(sql)
+        try:  # a DataFrame's temp view keeps its analysed plan: views over views are not re-analysed per use
+            if view == "export_scope" and scope is not None:
+                df = spark.createDataFrame([(r,) for r in scope], "run_id STRING")
+            else:
+                df = spark.sql(sql)
+            if view in materialize:
+                df = df.localCheckpoint()
+            df.createOrReplaceTempView(view)
         except Exception as exc:  # noqa: BLE001 - the analyzer's reason is reported per view
             if os.environ.get("SHOPSIM_WH_SPARK_STRICT"):
                 raise WarehouseError(f"Spark cannot create {view} (sql/{file}): {exc}") from exc
-            out.skipped[view] = "Spark: " + str(exc).split("\n")[0][:300]
+            out.skipped[view] = "Spark: " + " ".join(str(exc).split())[:300]
             continue
         out.views.append(view)
     return out
@@ -174,3 +193,18 @@ def session(app: str = "shopsim-wh", master: str | None = None):
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def spark_ddl(root, exports: bool = True) -> str:
+    """The whole Spark SQL script: ``stg_`` views over the current snapshot's files, the export session variables,
+    then each translated view (views of :data:`UNSUPPORTED` left out, named in a comment)."""
+    lines = [f"-- shopsim-wh views for Spark SQL over {Path(root).resolve()} (generated; do not edit)",
+             *[s + ";" for s in staging_ddl(root)]]
+    if exports:
+        lines += [s + ";" for s in variable_ddl()]
+    for file, view, sql in view_statements(exports):
+        if view in UNSUPPORTED:
+            lines.append(f"-- {view} (sql/{file}) is not available on Spark: {UNSUPPORTED[view]}")
+            continue
+        lines.append(f"-- sql/{file}\nCREATE OR REPLACE TEMPORARY VIEW {view} AS {sql};")
+    return "\n".join(lines)

@@ -30,13 +30,33 @@ class Translator:
 
     # ------------------------------------------------------------------------------------------ statements
     def file(self, text: str) -> Iterator[tuple[str, str]]:
-        """(view name, Spark DDL) for each view/table a file creates; macros are remembered, not emitted."""
+        """(view name, Spark SELECT) for each view/table a file creates; macros are remembered, not emitted."""
         for stmt in sqlglot.parse(text, read="duckdb"):
             if stmt is None:
                 continue
             out = self.statement(stmt)
             if out:
                 yield out
+
+    def learn_macros(self, texts: list[str]) -> None:
+        """Read every macro of ``texts`` first (a view may call a macro of a later file); a macro whose body calls
+        one not yet known is read again on the next pass."""
+        pending = [s for t in texts for s in sqlglot.parse(t, read="duckdb")
+                   if isinstance(s, exp.Create) and str(s.args.get("kind", "")).upper() == "MACRO"]
+        names = {s.this.this.name.lower() for s in pending}
+        for _ in range(len(pending) + 1):
+            later = []
+            for s in pending:
+                calls = {a.name.lower() for a in s.expression.find_all(exp.Anonymous)} | {
+                    t.this.name.lower() for t in s.expression.find_all(exp.Table) if isinstance(t.this, exp.Anonymous)}
+                if (calls & names) - set(self.macros) - {s.this.this.name.lower()}:
+                    later.append(s)
+                else:
+                    self.statement(s)
+            if not later:
+                return
+            pending = later
+        raise ValueError(f"macros call each other in a cycle: {[s.this.this.name for s in pending]}")
 
     def statement(self, stmt: exp.Expression) -> tuple[str, str] | None:
         if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() == "MACRO":
@@ -48,7 +68,7 @@ class Translator:
         if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() in ("VIEW", "TABLE"):
             name = stmt.this.name
             body = self.rewrite(stmt.expression.copy())
-            return name, f"CREATE OR REPLACE TEMPORARY VIEW {name} AS " + body.sql(dialect="spark")
+            return name, body.sql(dialect="spark")
         raise ValueError(f"cannot translate statement for Spark: {stmt.sql(dialect='duckdb')[:120]}")
 
     def query(self, sql: str) -> str:
@@ -197,6 +217,9 @@ def _cast(tr: Translator, node: exp.Cast) -> exp.Expression:
     inner = tr.sub(node.this)
     if _is_json_type(node.to):  # CAST(x AS JSON): the text itself
         return inner
+    if node.to.this == exp.DataType.Type.ARRAY and not isinstance(node.this, exp.Array | exp.ArrayAgg) and (
+            _json_producer(node.this) or isinstance(node.this, exp.Column)):  # CAST(json AS T[]): parse the text
+        return tmpl("from_json(_0, _1)", inner, exp.Literal.string(_spark_type(node.to).sql(dialect="spark")))
     node = node.copy()
     node.set("this", inner)
     node.set("to", _spark_type(node.to))
@@ -250,7 +273,25 @@ def _path(path: exp.Expression) -> exp.Expression:
         return exp.Literal.string(text)
     if isinstance(path, exp.Literal):  # an integer index
         return exp.Literal.string(f"$[{path.this}]")
+    parts = _concat_parts(path)
+    if len(parts) >= 3 and all(isinstance(parts[i], exp.Literal) for i in (0, -1)) \
+            and parts[0].this.endswith('."') and parts[-1].this.startswith('"'):
+        # '$."' || key || '"' (a computed quoted key) -> '$[\'' || key || '\']'
+        parts = [exp.Literal.string(parts[0].this[:-2] + "['"), *parts[1:-1],
+                 exp.Literal.string("']" + parts[-1].this[1:])]
+        out = parts[0]
+        for p in parts[1:]:
+            out = exp.DPipe(this=out, expression=p)
+        return out
     return path
+
+
+def _concat_parts(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.DPipe):
+        return _concat_parts(node.this) + _concat_parts(node.expression)
+    if isinstance(node, exp.Paren):
+        return _concat_parts(node.this)
+    return [node]
 
 
 def _json_path_args(tr: Translator, node: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
@@ -268,10 +309,9 @@ def _json_extract(tr: Translator, node: exp.Expression) -> exp.Expression:
 
 @handles("JSONExtractScalar")
 def _json_extract_string(tr: Translator, node: exp.Expression) -> exp.Expression:
+    """``->>`` / json_extract_string -> get_json_object (a string unquoted, anything else as JSON text)."""
     doc, path = _json_path_args(tr, node)
-    return tmpl("""CASE WHEN schema_of_variant(variant_get(try_parse_json(_0), _1)) = 'STRING'
-        THEN CAST(variant_get(try_parse_json(_0), _1) AS STRING)
-        ELSE to_json(variant_get(try_parse_json(_0), _1)) END""", doc, path)
+    return tmpl("get_json_object(_0, _1)", doc, path)
 
 
 @handles("JSONType")
@@ -314,7 +354,8 @@ def _from_json(tr: Translator, node: exp.Expression) -> exp.Expression:
     return tmpl("from_json(_0, _1)", tr.sub(args[0]), exp.Literal.string(_spec_type(spec)))
 
 
-def _ordered_list(tr: Translator, value: exp.Expression, order: list[exp.Ordered]) -> exp.Expression:
+def _ordered_list(tr: Translator, value: exp.Expression, order: list[exp.Ordered],
+                  where: exp.Expression | None = None) -> exp.Expression:
     """list(v ORDER BY k1, k2 DESC) -> the values of collect_list(named_struct(keys, v)) sorted by a comparator
     that follows DuckDB's order (NULLS LAST by default); NULL values are kept (collect_list drops NULLs only)."""
     fields: list[exp.Expression] = []
@@ -328,8 +369,69 @@ def _ordered_list(tr: Translator, value: exp.Expression, order: list[exp.Ordered
         cmp = (f"CASE WHEN l.k{i} IS NULL AND r.k{i} IS NULL THEN {cmp} WHEN l.k{i} IS NULL THEN {nl} "
                f"WHEN r.k{i} IS NULL THEN -{nl} WHEN l.k{i} < r.k{i} THEN {lt} WHEN l.k{i} > r.k{i} THEN {gt} "
                f"ELSE {cmp} END").replace("--", "")
-    return tmpl(f"transform(array_sort(collect_list(_0), (l, r) -> {cmp}), s -> s.v)",
-                exp.Anonymous(this="named_struct", expressions=fields))
+    item = exp.Anonymous(this="named_struct", expressions=fields)
+    if where is not None:
+        item = tmpl("CASE WHEN _0 THEN _1 END", tr.sub(where), item)
+    return tmpl(f"transform(array_sort(collect_list(_0), (l, r) -> {cmp}), s -> s.v)", item)
+
+
+@handles("Filter")
+def _filter(tr: Translator, node: exp.Filter) -> exp.Expression:
+    """agg(...) FILTER (WHERE c): Spark has the clause, but the lists rewritten above are no longer aggregates at
+    the top, so the condition moves into collect_list (which skips the NULL of a filtered-out row)."""
+    agg, cond = node.this, node.expression.this
+    if isinstance(agg, exp.ArrayAgg):
+        if isinstance(agg.this, exp.Order):
+            return _ordered_list(tr, agg.this.this, agg.this.expressions, cond)
+        return _ordered_list(tr, agg.this, [], cond)
+    if isinstance(agg, exp.GroupConcat):
+        sep = tr.sub(agg.args.get("separator")) or exp.Literal.string(",")
+        value, order = (agg.this.this, agg.this.expressions) if isinstance(agg.this, exp.Order) else (agg.this, [])
+        return tmpl("array_join(_0, _1)", _ordered_list(tr, value, order, cond), sep)
+    node = node.copy()
+    node.set("this", tr.sub(agg))
+    node.set("expression", tr.sub(node.expression))
+    return node
+
+
+@handles("fn:lgamma")
+def _lgamma(tr: Translator, node: exp.Anonymous) -> exp.Expression:
+    """Spark has no lgamma; for the positive integers the pass@k estimators pass (counts), lgamma(x) = ln((x-1)!)
+    = the sum of ln(i) for i in 1..x-1."""
+    return tmpl("aggregate(sequence(1, greatest(CAST(_0 AS BIGINT) - 1, 1)), CAST(0 AS DOUBLE), (acc, i) -> acc + ln(i))",
+                tr.sub(node.expressions[0]))
+
+
+@handles("Select")
+def _select(tr: Translator, node: exp.Select) -> exp.Expression:
+    """``unnest(h) AS a, generate_subscripts(h, 1) AS pos`` (two generators, Spark allows one) ->
+    ``inline(transform(h, (x, i) -> named_struct('a', x, 'pos', i + 1)))``; ``QUALIFY c`` ->
+    ``SELECT <columns> FROM (SELECT ..., c AS __keep) WHERE __keep`` (the columns from the schema oracle)."""
+    if node.args.get("qualify") is not None:
+        inner = node.copy()
+        cond = inner.args["qualify"].this
+        inner.set("qualify", None)
+        cols = (tr.columns_of or duckdb_columns)(inner.sql(dialect="duckdb"))
+        inner.set("expressions", [*inner.expressions, exp.alias_(cond, "__keep")])
+        outer = exp.select(*[exp.column(c) for c in cols]).from_(exp.Subquery(
+            this=tr.sub(inner), alias=exp.TableAlias(this=exp.to_identifier("__q")))).where(exp.column("__keep"))
+        return outer
+    subs = [e for e in node.expressions if isinstance(e.unalias(), exp.Anonymous)
+            and e.unalias().name.lower() == "generate_subscripts"]
+    if not subs:
+        return node
+    sub = subs[0]
+    arr = sub.unalias().expressions[0]
+    unn = next(e for e in node.expressions if isinstance(e.unalias(), exp.Unnest | exp.Explode)
+               and (e.unalias().expressions or [e.unalias().this])[0] == arr)
+    gen = tmpl(f"inline(transform(_0, (x, i) -> named_struct('{unn.alias}', x, '{sub.alias}', i + 1)))", tr.sub(arr))
+    out = node.copy()
+    keep = [tr.sub(e) for e in node.expressions if e is not sub and e is not unn]
+    for key, val in list(out.args.items()):
+        if key != "expressions" and isinstance(val, exp.Expression):
+            out.set(key, tr.sub(val))
+    out.set("expressions", [*keep, gen])
+    return out
 
 
 @handles("ArrayAgg")
