@@ -122,6 +122,11 @@ class Translator:
 
     def _table_macro(self, node: exp.Table) -> exp.Expression:
         name = node.this.name.lower()
+        if name == "json_each":  # json_each(doc) AS j -> a LATERAL over variant_explode, value as JSON text
+            q = tmpl(f"SELECT * FROM t, LATERAL (SELECT key, to_json(value) AS value "
+                     f"FROM variant_explode(try_parse_json(_0))) AS {node.alias or 'json_each'}",
+                     self.sub(node.this.expressions[0]))
+            return q.args["joins"][0].this
         if name not in self.macros:
             return node
         sub = self._inline(name, node.this.expressions)
@@ -387,7 +392,7 @@ def _filter(tr: Translator, node: exp.Filter) -> exp.Expression:
     if isinstance(agg, exp.GroupConcat):
         sep = tr.sub(agg.args.get("separator")) or exp.Literal.string(",")
         value, order = (agg.this.this, agg.this.expressions) if isinstance(agg.this, exp.Order) else (agg.this, [])
-        return tmpl("array_join(_0, _1)", _ordered_list(tr, value, order, cond), sep)
+        return _join(_ordered_list(tr, value, order, cond), sep)
     node = node.copy()
     node.set("this", tr.sub(agg))
     node.set("expression", tr.sub(node.expression))
@@ -407,6 +412,17 @@ def _select(tr: Translator, node: exp.Select) -> exp.Expression:
     """``unnest(h) AS a, generate_subscripts(h, 1) AS pos`` (two generators, Spark allows one) ->
     ``inline(transform(h, (x, i) -> named_struct('a', x, 'pos', i + 1)))``; ``QUALIFY c`` ->
     ``SELECT <columns> FROM (SELECT ..., c AS __keep) WHERE __keep`` (the columns from the schema oracle)."""
+    named = {w.this.name: w for w in node.args.get("windows") or []}
+    refined = [w for w in node.find_all(exp.Window) if w.args.get("spec") is not None
+               and w.args.get("alias") is not None and w.args["alias"].name in named]
+    if refined:  # OVER (w ROWS ...): Spark cannot refine a named window; spell the window out
+        node = node.copy()
+        for w in node.find_all(exp.Window):
+            base = named.get(w.args["alias"].name) if w.args.get("alias") is not None else None
+            if base is not None and w.args.get("spec") is not None:
+                w.set("alias", None)
+                w.set("partition_by", [p.copy() for p in base.args.get("partition_by") or []])
+                w.set("order", base.args["order"].copy() if base.args.get("order") else None)
     if node.args.get("qualify") is not None:
         inner = node.copy()
         cond = inner.args["qualify"].this
@@ -445,8 +461,22 @@ def _list(tr: Translator, node: exp.ArrayAgg) -> exp.Expression:
 def _string_agg(tr: Translator, node: exp.GroupConcat) -> exp.Expression:
     sep = tr.sub(node.args.get("separator")) or exp.Literal.string(",")
     if isinstance(node.this, exp.Order):
-        return tmpl("array_join(_0, _1)", _ordered_list(tr, node.this.this, node.this.expressions), sep)
-    return tmpl("array_join(collect_list(_0), _1)", tr.sub(node.this), sep)
+        return _join(_ordered_list(tr, node.this.this, node.this.expressions), sep)
+    return _join(tmpl("collect_list(_0)", tr.sub(node.this)), sep)
+
+
+def _join(values: exp.Expression, sep: exp.Expression) -> exp.Expression:
+    """string_agg over no (non-NULL) value is NULL on DuckDB; array_join of an empty array is ''."""
+    return tmpl("CASE WHEN size(filter(_0, x -> x IS NOT NULL)) = 0 THEN NULL ELSE array_join(_0, _1) END", values, sep)
+
+
+@handles("Literal")
+def _literal(tr: Translator, node: exp.Literal) -> exp.Expression:
+    """A decimal literal (1.0) is DECIMAL on both engines, but DuckDB's avg/division of DECIMAL give DOUBLE while
+    Spark keeps DECIMAL (avg(1.0) rounds to 5 places): on Spark such literals are DOUBLE."""
+    if not node.is_string and "." in node.this:
+        return exp.Cast(this=node.copy(), to=exp.DataType.build("DOUBLE"))
+    return node
 
 
 @handles("Bracket")
@@ -469,3 +499,56 @@ def _length(tr: Translator, node: exp.Length) -> exp.Expression:
     if isinstance(arg, exp.Dot | exp.Column) and "call" in arg.sql().lower():
         return tmpl("size(_0)", tr.sub(arg))
     return tmpl("length(_0)", tr.sub(arg))
+
+
+@handles("Window")
+def _window(tr: Translator, node: exp.Window) -> exp.Expression:
+    """string_agg(x, sep) / list(x) OVER (...) -> array_join(collect_list(x) OVER (...), sep): the lists rewritten
+    above are no longer aggregates at the top, so the window goes onto collect_list (which follows the window's
+    order within the frame)."""
+    agg = node.this
+    if not isinstance(agg, exp.GroupConcat | exp.ArrayAgg) or isinstance(agg.this, exp.Order):
+        return node
+    win = node.copy()
+    win.set("this", tmpl("collect_list(_0)", tr.sub(agg.this)))
+    for key in ("partition_by", "order"):
+        val = win.args.get(key)
+        if val is not None:
+            win.set(key, [tr.sub(v) for v in val] if isinstance(val, list) else tr.sub(val))
+    if isinstance(agg, exp.ArrayAgg):
+        return win
+    return _join(win, tr.sub(agg.args.get("separator")) or exp.Literal.string(","))
+
+
+@handles("fn:json_array_length", "JSONArrayLength")
+def _json_array_length(tr: Translator, node: exp.Expression) -> exp.Expression:
+    """json_array_length(doc, path) -> json_array_length(get_json_object(doc, path))."""
+    args = node.expressions if isinstance(node, exp.Anonymous) else [node.this, node.args.get("expression")]
+    args = [a for a in args if a is not None]
+    doc = tr.sub(args[0])
+    if len(args) > 1:
+        doc = tmpl("get_json_object(_0, _1)", doc, _path(tr.sub(args[1])))
+    return tmpl("json_array_length(_0)", doc)
+
+
+@handles("ToMap")
+def _map(tr: Translator, node: exp.Expression) -> exp.Expression:
+    """MAP {} (an empty map literal) -> map()."""
+    if isinstance(node.this, exp.Struct) and not node.this.expressions:
+        return exp.Anonymous(this="map", expressions=[])
+    return node
+
+
+@handles("Struct")
+def _struct(tr: Translator, node: exp.Struct) -> exp.Expression:
+    """{'k': v} / struct_pack(k := v) -> named_struct('k', v)."""
+    args: list[exp.Expression] = []
+    for e in node.expressions:
+        if isinstance(e, exp.PropertyEQ | exp.Slice | exp.EQ):
+            key, val = e.this, e.expression
+        elif isinstance(e, exp.Alias):
+            key, val = e.args["alias"], e.this
+        else:
+            return node
+        args += [exp.Literal.string(key.name if not isinstance(key, exp.Literal) else key.this), tr.sub(val)]
+    return exp.Anonymous(this="named_struct", expressions=args)

@@ -19,8 +19,8 @@ def _num(x: float) -> float | str:
 def _plain(v):
     """A value as plain JSON-able data: structs/rows -> dicts, lists -> lists, numbers -> rounded floats."""
     if v is None or isinstance(v, str | bool):
-        if isinstance(v, str) and v[:1] in ("{", "[") :
-            try:
+        if isinstance(v, str) and (v[:1] in ("{", "[") or v[:1].isdigit() or v[:1] == "-"):
+            try:  # JSON text: compared as the value it encodes ('0.0' and '0', key order)
                 return _plain(json.loads(v))
             except ValueError:
                 return v
