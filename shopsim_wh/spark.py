@@ -123,6 +123,16 @@ def view_statements(exports: bool = False) -> list[tuple[str, str, str]]:
     return [(name, view, sql) for name, text in files for view, sql in tr.file(text)]
 
 
+def translator():
+    """A translator that knows every shipped macro (for user queries: `sql --engine spark`)."""
+    from .db import ordered_sql, sql_dir
+    from .spark_sql import Translator
+
+    tr = Translator()
+    tr.learn_macros([t for _, t in ordered_sql(str(sql_dir()))])
+    return tr
+
+
 def variable_ddl() -> list[str]:
     return [f"DECLARE OR REPLACE VARIABLE {n} {t} DEFAULT NULL" for n, t in EXPORT_VARIABLES.items()]
 
@@ -151,28 +161,35 @@ def register(spark, warehouse, exports: bool = True, snap=None, materialize: tup
             spark.sql(f"SET VAR {name} = :value", args={"value": value}) if value is not None else \
                 spark.sql(f"SET VAR {name} = NULL")
     out = Registered()
-    for file, view, sql in view_statements(exports):
-        if not base and not file.startswith("exports/"):
-            continue
-        blocked = UNSUPPORTED.get(view) or next((f"reads {d} ({out.skipped[d]})" for d in out.skipped
-                                                 if _names(sql, d)), None)
-        if blocked:
-            out.skipped[view] = blocked
-            continue
-        try:  # a DataFrame's temp view keeps its analysed plan: views over views are not re-analysed per use
-            if view == "export_scope" and scope is not None:
-                df = spark.createDataFrame([(r,) for r in scope], "run_id STRING")
-            else:
-                df = spark.sql(sql)
-            if view in materialize:
-                df = df.localCheckpoint()
-            df.createOrReplaceTempView(view)
-        except Exception as exc:  # noqa: BLE001 - the analyzer's reason is reported per view
-            if os.environ.get("SHOPSIM_WH_SPARK_STRICT"):
-                raise WarehouseError(f"Spark cannot create {view} (sql/{file}): {exc}") from exc
-            out.skipped[view] = "Spark: " + " ".join(str(exc).split())[:300]
-            continue
-        out.views.append(view)
+    pending = [(f, v, q) for f, v, q in view_statements(exports) if base or f.startswith("exports/")]
+    while pending:  # file order is a sort on names found in the text; a retry covers what it misses (as on DuckDB)
+        missing = []
+        for file, view, sql in pending:
+            out.skipped.pop(view, None)
+            blocked = UNSUPPORTED.get(view) or next((f"reads {d} ({out.skipped[d]})" for d in out.skipped
+                                                     if _names(sql, d)), None)
+            if blocked:
+                out.skipped[view] = blocked
+                continue
+            try:  # a DataFrame's temp view keeps its analysed plan: views over views are not re-analysed per use
+                if view == "export_scope" and scope is not None:
+                    df = spark.createDataFrame([(r,) for r in scope], "run_id STRING")
+                else:
+                    df = spark.sql(sql)
+                if view in materialize:
+                    df = df.localCheckpoint()
+                df.createOrReplaceTempView(view)
+            except Exception as exc:  # noqa: BLE001 - the analyzer's reason is reported per view
+                if "TABLE_OR_VIEW_NOT_FOUND" in str(exc):
+                    missing.append((file, view, sql))
+                elif os.environ.get("SHOPSIM_WH_SPARK_STRICT"):
+                    raise WarehouseError(f"Spark cannot create {view} (sql/{file}): {exc}") from exc
+                out.skipped[view] = "Spark: " + " ".join(str(exc).split())[:300]
+                continue
+            out.views.append(view)
+        if len(missing) == len(pending):
+            break
+        pending = missing
     return out
 
 
@@ -193,7 +210,7 @@ def session(app: str = "shopsim-wh", master: str | None = None):
     if master or not os.environ.get("SPARK_REMOTE"):
         b = b.master(master or os.environ.get("SHOPSIM_WH_SPARK_MASTER", "local[2]"))
     spark = (b.config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+             .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -309,7 +309,10 @@ def _json_path_args(tr: Translator, node: exp.Expression) -> tuple[exp.Expressio
 @handles("JSONExtract")
 def _json_extract(tr: Translator, node: exp.Expression) -> exp.Expression:
     doc, path = _json_path_args(tr, node)
-    return tmpl("to_json(variant_get(try_parse_json(_0), _1))", doc, path)
+    # a string value re-quoted from the VARIANT; anything else as get_json_object returns it (the source's key
+    # order and number spelling, as DuckDB keeps them; VARIANT would sort keys and respell numbers)
+    return tmpl("""CASE WHEN schema_of_variant(variant_get(try_parse_json(_0), _1)) = 'STRING'
+        THEN to_json(variant_get(try_parse_json(_0), _1)) ELSE get_json_object(_0, _1) END""", doc, path)
 
 
 @handles("JSONExtractScalar")

@@ -118,11 +118,11 @@ def _may_be_empty() -> set:
     "SELECT * FROM ir_context('synth-coding', 'session-0001', 'main', 2, 1)",
 ])
 def test_table_macros_inline_in_user_queries(call, registered, spark, duck):
-    from shopsim_wh.spark_sql import Translator
+    from shopsim_wh.spark import translator
 
     rel = duck.sql(call)
     d = canonical_rows(rel.fetchall())
-    s = canonical_rows(spark.sql(Translator().query(call)).collect())
+    s = canonical_rows(spark.sql(translator().query(call)).collect())
     assert sum(d.values()) > 0
     assert not (msg := diff(d, s, [c[0] for c in rel.description])), msg
 

@@ -39,12 +39,11 @@ def spark_views(
 
 def run_sql_spark(root, text: str, params: dict):
     """One query on Spark over the translated views: (columns, rows)."""
-    from ..spark import register, session
-    from ..spark_sql import Translator
+    from ..spark import register, session, translator
 
     spark = session()
     register(spark, root, exports=False)
-    df = spark.sql(Translator().query(text), args=params or None)
+    df = spark.sql(translator().query(text), args=params or None)
     return df.columns, [tuple(r) for r in df.collect()]
 
 
