@@ -170,6 +170,8 @@ def register(spark, warehouse, exports: bool = True, snap=None, materialize: tup
                                                      if _names(sql, d)), None)
             if blocked:
                 out.skipped[view] = blocked
+                if any(_names(sql, v) for _, v, _ in missing):  # its dependency is retried: so is it
+                    missing.append((file, view, sql))
                 continue
             try:  # a DataFrame's temp view keeps its analysed plan: views over views are not re-analysed per use
                 if view == "export_scope" and scope is not None:
