@@ -214,6 +214,10 @@ def session(app: str = "shopsim-wh", master: str | None = None):
     spark = (b.config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
              .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    import logging
+
+    # pyspark logs every failed statement with its JVM stack; register() reports the views it skips instead
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return spark
 
 
