@@ -211,7 +211,7 @@ def session(app: str = "shopsim-wh", master: str | None = None):
     b = SparkSession.builder.appName(app)
     if master or not os.environ.get("SPARK_REMOTE"):
         b = b.master(master or os.environ.get("SHOPSIM_WH_SPARK_MASTER", "local[2]"))
-    spark = (b.config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+    spark = (b.config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g").config("spark.ui.enabled", "false")
              .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     import logging

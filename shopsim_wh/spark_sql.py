@@ -311,8 +311,11 @@ def _json_extract(tr: Translator, node: exp.Expression) -> exp.Expression:
     doc, path = _json_path_args(tr, node)
     # a string value re-quoted from the VARIANT; anything else as get_json_object returns it (the source's key
     # order and number spelling, as DuckDB keeps them; VARIANT would sort keys and respell numbers)
-    return tmpl("""CASE WHEN schema_of_variant(variant_get(try_parse_json(_0), _1)) = 'STRING'
-        THEN to_json(variant_get(try_parse_json(_0), _1)) ELSE get_json_object(_0, _1) END""", doc, path)
+    if isinstance(path, exp.Literal) and "[*]" in path.this:  # a wildcard: only get_json_object has it
+        return tmpl("get_json_object(_0, _1)", doc, path)
+    return tmpl("""CASE schema_of_variant(variant_get(try_parse_json(_0), _1))
+        WHEN 'STRING' THEN to_json(variant_get(try_parse_json(_0), _1)) WHEN 'VOID' THEN 'null'
+        ELSE get_json_object(_0, _1) END""", doc, path)
 
 
 @handles("JSONExtractScalar")
