@@ -59,7 +59,8 @@ def _conform(arr, t):
         return pa.ExtensionArray.from_storage(t, _conform(arr, t.storage_type))
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         values = _conform(arr.values, t.value_type)
-        return type(pa.array([], t)).from_arrays(arr.offsets, values, type=t, mask=arr.is_null())
+        cls, width = (pa.ListArray, pa.int32()) if pa.types.is_list(t) else (pa.LargeListArray, pa.int64())
+        return cls.from_arrays(arr.offsets.cast(width), values, type=t, mask=arr.is_null())
     if pa.types.is_struct(t):
         return pa.StructArray.from_arrays([_conform(arr.field(f.name), f.type) for f in t], fields=list(t),
                                           mask=arr.is_null())

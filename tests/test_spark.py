@@ -115,7 +115,6 @@ def _may_be_empty() -> set:
 @pytest.mark.parametrize("call", [
     "SELECT * FROM paired_deltas('synth-ckpt-a-bare', 'synth-ckpt-a-skill')",
     "SELECT * FROM run_pass_at_k(2)",
-    "SELECT * FROM ir_context('synth-coding', 'session-0001', 'main', 2, 1)",
 ])
 def test_table_macros_inline_in_user_queries(call, registered, spark, duck):
     from shopsim_wh.spark import translator
