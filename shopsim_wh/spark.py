@@ -29,6 +29,16 @@ UNSUPPORTED: dict[str, str] = {
                             "SQL form: Spark has no JSON object merge, and text surgery would not be a merge patch",
 }
 
+# view -> why it is created on Spark but its rows are not yet DuckDB's (tests/test_spark.py asserts they still
+# differ, so the list can only shrink)
+NOT_EQUAL: dict[str, str] = {
+    "export_rl_states": "its opaque keys prefix_key / state_key are md5s of text that holds the tool-call list "
+                        "json_extract(message, '$.tool_calls[*].function'), which Spark's get_json_object spells "
+                        "differently from DuckDB's JSON list; the groups they define are the same",
+    "export_preference": "reads export_rl_states' keys (its sample ids hash them); on the 2-core test machine its "
+                         "plan also ran out of broadcast memory before broadcast joins were turned off",
+}
+
 # export parameters (DuckDB variables) and their Spark session-variable types
 EXPORT_VARIABLES = {
     "export_window": "BIGINT", "export_max_tokens": "BIGINT", "export_include_reasoning": "BOOLEAN",
@@ -211,7 +221,8 @@ def session(app: str = "shopsim-wh", master: str | None = None):
     b = SparkSession.builder.appName(app)
     if master or not os.environ.get("SPARK_REMOTE"):
         b = b.master(master or os.environ.get("SHOPSIM_WH_SPARK_MASTER", "local[2]"))
-    spark = (b.config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g").config("spark.ui.enabled", "false")
+    spark = (b.config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g")
+             .config("spark.sql.autoBroadcastJoinThreshold", "-1")  # the exports' wide plans broadcast too much.config("spark.ui.enabled", "false")
              .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     import logging
