@@ -7,7 +7,7 @@
 * copy      the same rows written by a plain DuckDB `COPY (SELECT * FROM export_sft_action) TO ... parquet` on a
             connection prepared the same way (scope + building blocks materialized): the floor
 * naive     a Python loop over decisions that asks ir_context_json / ir_tools per decision and writes JSONL, run
-            on the first --naive-rows decisions and reported as a rate
+            on the first --naive decisions and reported as a rate
 
 Each method runs in its own process (peak RSS is that process's ru_maxrss). Prints rows/s, MB/s of output,
 peak RSS and the ratios export/naive and export/copy.
@@ -15,24 +15,15 @@ peak RSS and the ratios export/naive and export/copy.
 
 from __future__ import annotations
 
-import argparse
 import json
-import resource
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import export_harness  # noqa: E402  (bench/ is not a package)
+
 OUT = Path(__file__).resolve().parent / "out" / "export"
-
-
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def method_export(wh: Path, out: Path, _n: int) -> dict:
@@ -45,14 +36,16 @@ def method_export(wh: Path, out: Path, _n: int) -> dict:
 
 def method_copy(wh: Path, out: Path, _n: int) -> dict:
     from shopsim_wh.db import connect, install_exports
-    from shopsim_wh.export.core import MATERIALIZED, _materialize
+    from shopsim_wh.export.core import blocks_of, prepare
+    from shopsim_wh.export.registry import get_kind
 
     t = time.perf_counter()
     con = connect(wh)
     install_exports(con)
     con.execute("SET enable_progress_bar = false")
     con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
-    _materialize(con, MATERIALIZED)
+    spec = get_kind("sft-action")
+    prepare(con, spec, blocks_of(spec))  # the building blocks the export materializes, in one batch
     out.mkdir(parents=True)
     con.execute(f"COPY (SELECT * FROM export_sft_action) TO '{out / 'all.parquet'}' (FORMAT parquet, COMPRESSION zstd)")
     rows = con.execute(f"SELECT count(*) FROM '{out / 'all.parquet'}'").fetchone()[0]
@@ -87,45 +80,12 @@ def method_naive(wh: Path, out: Path, n: int) -> dict:
 METHODS = {"export": method_export, "copy": method_copy, "naive": method_naive}
 
 
-def child(name: str, wh: Path, n: int) -> None:
-    out = OUT / name
-    shutil.rmtree(out, ignore_errors=True)
-    r = METHODS[name](wh, out, n)
-    r.update(method=name, bytes=_size(out), peak_rss_mb=round(_rss_mb(), 1))
-    print(json.dumps(r))
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=2000, help="shop episodes (15 steps each) in the synthetic warehouse")
-    ap.add_argument("--naive-rows", type=int, default=300, help="decisions the naive loop exports (a rate sample)")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--wh", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.child:
-        child(a.child, Path(a.wh), a.naive_rows)
-        return
+def _generate(wh: Path, n: int) -> None:
     from shopsim_wh.analytics.synth import generate
 
-    wh = OUT / f"wh-{a.n}"
-    if not wh.exists():
-        t = time.perf_counter()
-        generate(wh, a.n, runs=1, coding_episodes=0)
-        print(f"generated {a.n} episodes in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-    res = {}
-    for name in ("export", "copy", "naive"):
-        p = subprocess.run([sys.executable, __file__, "--child", name, "--wh", str(wh), "--naive-rows", str(a.naive_rows)],
-                           capture_output=True, text=True, check=True)
-        r = json.loads(p.stdout.strip().splitlines()[-1])
-        r["rows_per_s"] = r["rows"] / r["seconds"]
-        r["mb_per_s"] = r["bytes"] / 1e6 / r["seconds"]
-        res[name] = r
-        print(f"{name:>7}: {r['rows']:>9,} rows in {r['seconds']:7.2f} s  {r['rows_per_s']:>9,.0f} rows/s  "
-              f"{r['mb_per_s']:6.1f} MB/s  peak RSS {r['peak_rss_mb']:.0f} MB")
-    e = res["export"]["rows_per_s"]
-    print(f"export / naive: {e / res['naive']['rows_per_s']:.1f}x rows/s;  export / copy: "
-          f"{e / res['copy']['rows_per_s']:.2f}x rows/s (1.0 = as fast as plain COPY)")
+    generate(wh, n, runs=1, coding_episodes=0)
 
 
 if __name__ == "__main__":
-    main()
+    export_harness.main(__file__, METHODS, OUT, _generate, default_n=2000, naive_default=300, unit="rows",
+                        what="shop episodes, 15 steps each")

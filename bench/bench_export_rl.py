@@ -8,27 +8,24 @@
           connection prepared the same way (scope + building blocks materialized): the floor
 * naive   a Python exporter that loops over episodes: per episode it reads the main agent's messages and
           reward, hashes the prefix and every state in Python, then pairs and writes JSONL; run on the first
-          --naive-episodes episodes and reported as a rate
+          --naive episodes and reported as a rate
 
 Rates are per input episode (the pairs a warehouse yields depend on its rewards); the output rows, MB/s of
 output and peak RSS (each method in its own process) are printed too, with the ratios export/naive and
-export/copy. Reuses bench_export.py's helpers.
+export/copy. Shares bench/export_harness.py with bench_export.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import shutil
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_export import _rss_mb, _size  # noqa: E402  (bench/ is not a package)
+import export_harness  # noqa: E402  (bench/ is not a package)
 
 OUT = Path(__file__).resolve().parent / "out" / "export_rl"
 
@@ -42,14 +39,17 @@ def method_export(wh: Path, out: Path, _n: int) -> dict:
 
 
 def method_copy(wh: Path, out: Path, _n: int) -> dict:
-    from shopsim_wh.db import connect
-    from shopsim_wh.export.core import MATERIALIZED, _materialize
+    from shopsim_wh.db import connect, install_exports
+    from shopsim_wh.export.core import blocks_of, prepare
+    from shopsim_wh.export.registry import get_kind
 
     t = time.perf_counter()
     con = connect(wh)
+    install_exports(con)
     con.execute("SET enable_progress_bar = false")
     con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
-    _materialize(con, MATERIALIZED)
+    spec = get_kind("preference")
+    prepare(con, spec, blocks_of(spec))  # the building blocks the export materializes, in one batch
     out.mkdir(parents=True)
     con.execute(f"COPY (SELECT * FROM export_preference) TO '{out / 'all.parquet'}' (FORMAT parquet, COMPRESSION zstd)")
     rows = con.execute(f"SELECT count(*) FROM '{out / 'all.parquet'}'").fetchone()[0]
@@ -119,45 +119,12 @@ def method_naive(wh: Path, out: Path, n: int) -> dict:
 METHODS = {"export": method_export, "copy": method_copy, "naive": method_naive}
 
 
-def child(name: str, wh: Path, n: int) -> None:
-    out = OUT / name
-    shutil.rmtree(out, ignore_errors=True)
-    r = METHODS[name](wh, out, n)
-    r.update(method=name, bytes=_size(out), peak_rss_mb=round(_rss_mb(), 1))
-    print(json.dumps(r))
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=2000, help="shop episodes in the synthetic warehouse (3 samples per task)")
-    ap.add_argument("--naive-episodes", type=int, default=300, help="episodes the naive loop exports (a rate sample)")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--wh", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.child:
-        child(a.child, Path(a.wh), a.naive_episodes)
-        return
+def _generate(wh: Path, n: int) -> None:
     from shopsim_wh.analytics.synth import generate
 
-    wh = OUT / f"wh-{a.n}"
-    if not wh.exists():
-        t = time.perf_counter()
-        generate(wh, a.n, runs=1, repeats=3, coding_episodes=0)
-        print(f"generated {a.n} episodes in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-    res = {}
-    for name in ("export", "copy", "naive"):
-        p = subprocess.run([sys.executable, __file__, "--child", name, "--wh", str(wh),
-                            "--naive-episodes", str(a.naive_episodes)], capture_output=True, text=True, check=True)
-        r = json.loads(p.stdout.strip().splitlines()[-1])
-        r["episodes_per_s"] = r["episodes"] / r["seconds"]
-        r["mb_per_s"] = r["bytes"] / 1e6 / r["seconds"]
-        res[name] = r
-        print(f"{name:>7}: {r['episodes']:>9,} episodes -> {r['rows']:>8,} pairs in {r['seconds']:7.2f} s  "
-              f"{r['episodes_per_s']:>8,.0f} episodes/s  {r['mb_per_s']:6.2f} MB/s  peak RSS {r['peak_rss_mb']:.0f} MB")
-    e = res["export"]["episodes_per_s"]
-    print(f"export / naive: {e / res['naive']['episodes_per_s']:.1f}x episodes/s;  export / copy: "
-          f"{e / res['copy']['episodes_per_s']:.2f}x (1.0 = as fast as plain COPY)")
+    generate(wh, n, runs=1, repeats=3, coding_episodes=0)
 
 
 if __name__ == "__main__":
-    main()
+    export_harness.main(__file__, METHODS, OUT, _generate, default_n=2000, naive_default=300, unit="episodes",
+                        what="shop episodes, 3 samples per task")

@@ -3,6 +3,11 @@
     .venv/bin/pip install pandas psutil   # the naive baseline needs pandas (not a package dependency)
     .venv/bin/python bench/bench_ingest.py                 # 500 and 5,000 episodes (a few minutes)
     .venv/bin/python bench/bench_ingest.py --with-50k      # adds 50,000 episodes (~4.5 GB input)
+    .venv/bin/python bench/bench_ingest.py --sizes "" --runner-v4 2000   # only the runner-shape row
+
+``--runner-v4 N`` adds the real shape: N episodes run by the runner (scripted model, embedded shop, ~4 steps
+and ~17 KB per episode, many small fields) and re-emitted by ``export shopsimrl-v4 --format jsonl`` (the export
+is timed too: its output MB/s, to set against the ingest's input MB/s).
 
 Generates realistic v4 files in the real ShopSimRL runtime's shape (``shopsim_wh.ingest.synth_v4``: ~15 steps,
 KB-sized Chinese observations and reasoning, tool schemas built from observation_state, Python-json
@@ -129,6 +134,41 @@ print(json.dumps({"seconds": tp + tc, "parse_s": tp, "compress_s": tc}))
 """
 
 
+EXPORT_V4 = r"""
+import json, resource, shutil, sys, time
+from pathlib import Path
+from shopsim_wh.export import export
+wh, out = sys.argv[1], Path(sys.argv[2])
+shutil.rmtree(out, ignore_errors=True)
+t = time.perf_counter()
+r = export("shopsimrl-v4", wh, out, format="jsonl", shard_rows=10**9, include_reasoning=True, include_persona=True)
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "episodes": r.rows, "bytes": sum(s["bytes"] for s in r.shards),
+                  "file": str(out / r.shards[0]["file"]), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def runner_v4(work: Path, n: int) -> tuple[Path, dict]:
+    """The runner-shape v4 file of n episodes (runner warehouse cached in ``work``) and the export's figures."""
+    wh = work / f"runner-wh-{n}"
+    if not wh.exists():
+        from shopsim_wh import runner
+        from shopsim_wh.config import Config
+
+        t = time.perf_counter()
+        per = min(n, 200)
+        cfg = Config.model_validate({
+            "experiment": {"name": f"bench-v4-{n}", "seed": 1},
+            "tasks": {"split": "train", "sample_size": per, "repeats": -(-n // per)},
+            "model": {"name": "scripted-strong", "checkpoint_id": "bench", "send_seed": True},
+            "runtime": {"concurrency": 16, "max_steps": 30}})
+        runner.run(cfg, str(wh.with_suffix(".tmp")))
+        wh.with_suffix(".tmp").rename(wh)
+        print(f"  (ran {n} runner episodes in {time.perf_counter() - t:.1f}s)", file=sys.stderr)
+    exp = run(EXPORT_V4, str(wh), str(work / f"runner-v4-{n}"))
+    return Path(exp["file"]), exp
+
+
 def run(code: str, *args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO, check=True,
@@ -146,6 +186,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="500,5000", help="comma-separated episode counts")
     ap.add_argument("--with-50k", action="store_true", help="also run 50,000 episodes")
     ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--runner-v4", type=int, default=0, help="also a runner-shape row of N episodes (see above)")
     ap.add_argument("--workdir", default="/tmp/shopsim-wh-bench")
     ap.add_argument("--no-naive", action="store_true", help="skip the pandas baseline")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each measurement (best is reported)")
@@ -161,12 +202,17 @@ def main() -> None:
     print(f"{'episodes':>9} {'MB':>8} | {'ingest MB/s':>11} {'ep/s':>8} {'peak MB':>8} {'worker MB':>9} "
           f"{'cpu s':>6} {'MB/cpu-s':>8} | {'naive MB/s':>10} {'peak MB':>8} | {'floor MB/s':>10} | "
           f"{'x naive':>7} {'/ floor':>7}")
-    for n in sizes:
-        src = work / f"v4real-{n}-{a.steps}.jsonl"  # the real runtime's record shape (issue 9)
-        if not src.exists():
-            t = time.perf_counter()
-            synth_v4.write_file(src, n, steps=a.steps)
-            print(f"  (generated {src.name} in {time.perf_counter() - t:.1f}s)", file=sys.stderr)
+    rows = [(str(n), n) for n in sizes] + ([("runner-v4", a.runner_v4)] if a.runner_v4 else [])
+    exported = None
+    for label, n in rows:
+        if label == "runner-v4":
+            src, exported = runner_v4(work, n)
+        else:
+            src = work / f"v4real-{n}-{a.steps}.jsonl"  # the real runtime's record shape (issue 9)
+            if not src.exists():
+                t = time.perf_counter()
+                synth_v4.write_file(src, n, steps=a.steps)
+                print(f"  (generated {src.name} in {time.perf_counter() - t:.1f}s)", file=sys.stderr)
         mb = src.stat().st_size / 1e6
         ing = naive = floor = None
         for _ in range(max(1, a.repeat)):
@@ -176,10 +222,16 @@ def main() -> None:
         ing_mbs = mb / ing["seconds"]
         naive_mbs = mb / naive["seconds"] if naive else float("nan")
         floor_mbs = mb / floor["seconds"]
-        print(f"{n:>9} {mb:>8.0f} | {ing_mbs:>11.1f} {ing['episodes'] / ing['seconds']:>8.0f} {ing['peak_rss_mb']:>8.0f} "
+        print(f"{label:>9} {mb:>8.0f} | {ing_mbs:>11.1f} {ing['episodes'] / ing['seconds']:>8.0f} {ing['peak_rss_mb']:>8.0f} "
               f"{ing['worker_peak_rss_mb']:>9.0f} {ing['cpu_s']:>6.1f} {mb / ing['cpu_s']:>8.0f} | "
               f"{naive_mbs:>10.1f} {naive['peak_rss_mb'] if naive else float('nan'):>8.0f} | {floor_mbs:>10.1f} | "
               f"{ing_mbs / naive_mbs:>7.2f} {ing_mbs / floor_mbs:>7.2f}", flush=True)
+    if exported:
+        mbs = exported["bytes"] / 1e6 / exported["seconds"]
+        print(f"runner-v4 export: {a.runner_v4} episodes, {exported['bytes'] / 1e6:.0f} MB "
+              f"({exported['bytes'] / 1e3 / max(1, exported['episodes']):.1f} KB/episode) written in "
+              f"{exported['seconds']:.1f} s = {mbs:.1f} MB/s, peak RSS {exported['peak_rss_mb']:.0f} MB "
+              "(compare with the ingest MB/s of the runner-v4 row)", flush=True)
 
 
 if __name__ == "__main__":

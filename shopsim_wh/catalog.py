@@ -37,6 +37,10 @@ RUN_ID_DOC = "Run id: the warehouse partition of the row (taken from the Hive pa
 
 def default_catalog_path(root: str | os.PathLike) -> Path:
     """Where ``shopsim-wh catalog`` writes without ``--out``: ``<warehouse>/catalog.duckdb``."""
+    from .storage import is_url
+
+    if is_url(str(root)):
+        raise WarehouseError(f"{root} is in object storage: pass --out FILE.duckdb for the catalog (a local file)")
     return Path(root) / DEFAULT_NAME
 
 
@@ -143,7 +147,7 @@ def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None)
 
     from .db import ident, install_views, macro_signatures, sql_string
     from .schema import SCHEMA_VERSION, TABLES
-    from .warehouse import Warehouse
+    from .warehouse import Warehouse, location
 
     t0 = time.perf_counter()
     wh = Warehouse(root)
@@ -158,10 +162,11 @@ def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None)
     try:
         con = duckdb.connect(str(tmp))
         try:
+            wh.register(con, snap)  # s3://: the file's views need the same registration when reopened (docs/scale.md)
             install_views(con, wh, snap, small_table_bytes=0)
             con.execute("BEGIN")
             con.execute("CREATE TABLE catalog_info (key VARCHAR, value VARCHAR)")
-            info = {"warehouse": str(Path(root).resolve()), "snapshot_version": str(snap.version),
+            info = {"warehouse": location(root), "snapshot_version": str(snap.version),
                     "snapshot_committed_at": str(snap.committed_at), "schema_version": str(SCHEMA_VERSION),
                     "tool_version": __version__, "duckdb_version": duckdb.__version__, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             con.executemany("INSERT INTO catalog_info VALUES (?, ?)", list(info.items()))
@@ -220,7 +225,11 @@ def _comment_all(con, snap, tables, ident, sql_string) -> int:
 def refresh_existing(root: str | os.PathLike, *paths: str | os.PathLike | None) -> list[CatalogInfo]:
     """Rebuild the warehouse's default catalog when it exists, and every path given (a configured
     ``output.catalog``); returns what was written."""
+    from .storage import is_url
+
     targets = [Path(p) for p in paths if p]
+    if is_url(str(root)):  # an object-store warehouse has no default catalog beside it
+        return [build_catalog(root, t) for t in targets]
     default = default_catalog_path(root)
     if default.exists() and all(t.resolve() != default.resolve() for t in targets):
         targets.insert(0, default)

@@ -13,8 +13,9 @@
 * informational: ``unacknowledged`` (stored, not in any ledger line: a crash between ``CURRENT`` and
   the ledger append; allowed), ``missing`` (planned, no completed attempt stored yet: resume runs them).
 
-``canonical_rows`` / ``compare_canonical``: the rows of a run without the columns that depend on timing,
-so a faulted run can be compared with an uninterrupted one of the same config and seeds.
+``canonical_rows`` / ``compare_canonical``: the rows of a run without the columns that depend on timing (and
+``runs.config`` without the execution fields), so a faulted run, or a run on Ray, can be compared with an
+uninterrupted single-process one of the same config and seeds.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import json
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from .committer import SOURCE_FORMAT as RUNNER_FORMAT
 from .ledger import read_ledger
 from .schema import PARTITION_KEY, TABLES
-from .warehouse import Snapshot, Warehouse
+from .warehouse import Snapshot, Warehouse, location
 
 # canonical: these columns depend on when and in which invocation a row was written, not on what happened
 TIMING_COLUMNS = {"load_id", "duration_s", "latency_ms"}
@@ -82,7 +82,7 @@ def _readable(wh: Warehouse, snap: Snapshot, report: CheckReport) -> Snapshot:
     for table, entries in snap.tables.items():
         for e in entries:
             try:
-                rows = pq.read_metadata(wh.abspath(e)).num_rows
+                rows = pq.read_metadata(wh.open_input(e)).num_rows
             except (OSError, pa.ArrowException) as exc:
                 report.unreadable.append({"path": e.path, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 continue
@@ -159,6 +159,9 @@ def stray_files(wh: Warehouse, snap: Snapshot) -> list[str]:
     """Files under the warehouse that neither the snapshot nor its pending deletions list: staged or placed
     files of a commit that never became current, temporary catalog files."""
     live = {e.path for es in snap.tables.values() for e in es} | {i["path"] for i in snap.pending_delete}
+    if wh.remote:  # no staging or temporary files in the bucket: uploaded objects no snapshot lists
+        return sorted(rel for table in TABLES for rel, _, _ in wh.store.list(table)
+                      if rel.endswith(".parquet") and rel not in live)
     out = [f.relative_to(wh.root).as_posix() for f in wh.staging_dir.glob("*")] if wh.staging_dir.is_dir() else []
     out += [f.relative_to(wh.root).as_posix() for f in wh.catalog_dir.glob(".*.tmp")]
     for table in TABLES:
@@ -190,7 +193,7 @@ def canonical_rows(root: str | os.PathLike, run_id: str) -> dict[str, list[str]]
     interrupted, resumed or scheduled."""
     wh = Warehouse(root)
     snap = wh.snapshot()
-    key = (str(Path(root).resolve()), run_id, snap.version, snap.committed_at)
+    key = (location(root), run_id, snap.version, snap.committed_at)
     if key not in _CANONICAL_CACHE:  # a reference warehouse is compared with many faulted ones
         while len(_CANONICAL_CACHE) >= 4:
             _CANONICAL_CACHE.pop(next(iter(_CANONICAL_CACHE)))
@@ -209,6 +212,9 @@ def _canonical(wh: Warehouse, snap: Snapshot, run_id: str) -> dict[str, list[str
         cols = [f.name for f in spec.arrow_schema if f.name not in TIMING_COLUMNS
                 and not pa.types.is_timestamp(f.type) and f.name != PARTITION_KEY]
         rows = wh.read(table, cols, run_id, snap).drop_columns([PARTITION_KEY]).to_pylist()
+        if table == "runs":  # how and where it ran (executor, concurrency, ...) is not what happened
+            for r in rows:
+                r["config"] = _without_execution_fields(r["config"])
         if table == "observations":
             for r in rows:
                 if r.get("payload"):
@@ -217,6 +223,20 @@ def _canonical(wh: Warehouse, snap: Snapshot, run_id: str) -> dict[str, list[str
                         if isinstance(doc, dict) else doc
         out[table] = sorted(json.dumps(r, sort_keys=True, default=str, ensure_ascii=False) for r in rows)
     return out
+
+
+def _without_execution_fields(config: str | None) -> str | None:
+    """``runs.config`` without the runner's EXECUTION_FIELDS (a run on Ray equals the same config run locally)."""
+    from .runner import EXECUTION_FIELDS
+
+    if not config:
+        return config
+    doc = json.loads(config)
+    for key in EXECUTION_FIELDS:
+        section, _, leaf = key.partition(".")
+        if isinstance(doc.get(section), dict):
+            doc[section].pop(leaf, None)
+    return json.dumps(doc, sort_keys=True)
 
 
 def compare_canonical(a: str | os.PathLike, b: str | os.PathLike, run_id: str) -> dict[str, dict]:

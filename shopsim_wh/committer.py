@@ -39,9 +39,10 @@ def _record_rows(experiment: str, load_id: str, attempt: int, rec: EpisodeRecord
 class Committer:
     """Group commit: while one commit is being written, finished episodes queue for the next."""
 
-    def __init__(self, writer: Writer, run_id: str, experiment: str, load_id: str, attempts: dict[str, int]):
+    def __init__(self, writer: Writer, run_id: str, experiment: str, load_id: str, attempts: dict[str, int],
+                 ledger_part: str = ""):
         self.writer, self.run_id, self.experiment, self.load_id, self.attempts = writer, run_id, experiment, load_id, attempts
-        self.ledger = Ledger(writer.wh.root, load_id)
+        self.ledger = Ledger(writer.wh.root, load_id, ledger_part)
         self.pending: list[EpisodeRecord] = []
         self.wake = asyncio.Event()
         self.closed = False

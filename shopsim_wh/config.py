@@ -95,11 +95,14 @@ class Skills(_Strict):
 
 class Runtime(_Strict):
     max_steps: int = Field(30, ge=1, description="Model turns per episode (protocol errors count); when they run out the runtime terminates with `action_limit`.")
-    concurrency: int = Field(8, ge=1, description="Episodes in flight (execution parameter: not in the fingerprint).")
+    concurrency: int = Field(8, ge=1, description="Episodes in flight (execution parameter: not in the fingerprint); with `executor: ray`, per Ray worker.")
+    executor: Literal["local", "ray"] = Field("local", description="`local` = this process runs every episode; `ray` = the job list is split across Ray tasks (`pip install 'shopsim-wh[ray]'`), each running its share with the same runtime and committing its own batches to the warehouse (docs/scale.md, Rollouts on Ray).")
+    ray_address: str | None = Field(None, description="With `executor: ray`: null = start a local Ray (or use the one this process already started); `auto` = the cluster this machine belongs to; `ray://host:10001` = a remote cluster through Ray Client.")
+    ray_workers: int | None = Field(None, ge=1, description="With `executor: ray`: Ray tasks to split the job list across (one CPU each); null = the cluster's CPU count.")
 
 
 class Output(_Strict):
-    warehouse: str | None = Field(None, description="Warehouse directory (relative to the working directory); else $SHOPSIM_WH_HOME, else ./warehouse.")
+    warehouse: str | None = Field(None, description="Warehouse directory (relative to the working directory) or s3://bucket/prefix (endpoint, region and credentials from the AWS environment variables or profile; docs/scale.md); else $SHOPSIM_WH_HOME, else ./warehouse.")
     catalog: str | None = Field(None, description="BI catalog file (a DuckDB database, relative to the working directory) that `run` rebuilds after it commits (`shopsim-wh catalog`, docs/bi.md); null = none. The warehouse's own `<warehouse>/catalog.duckdb` is refreshed whenever it exists.")
 
 

@@ -81,10 +81,10 @@ def staging_sql(wh: Warehouse, snap: Snapshot, table: str) -> str:
     entries = snap.files(table)
     if not entries:
         return f"SELECT CAST(NULL AS VARCHAR) AS {PARTITION_KEY}, {', '.join(_null(c) for c in spec.columns)} WHERE false"
-    paths = ", ".join(sql_string(str(wh.abspath(e).resolve())) for e in entries)
+    paths = ", ".join(sql_string(wh.reader_path(e)) for e in entries)
     current = all(e.schema_version == SCHEMA_VERSION for e in entries)
     present = set(spec.column_names) if current else set().union(*(
-        set(spec.column_names) if e.schema_version == SCHEMA_VERSION else set(pq.read_schema(wh.abspath(e)).names)
+        set(spec.column_names) if e.schema_version == SCHEMA_VERSION else set(pq.read_schema(wh.open_input(e)).names)
         for e in entries))
     cols = ", ".join(ident(c.name) if c.name in present else _null(c) for c in spec.columns)
     return (
@@ -181,11 +181,13 @@ def connect(root: str | os.PathLike, database: str = ":memory:", threads: int | 
             "small_table_bytes needs an in-memory database: a database file's views must outlive this connection; "
             "pass small_table_bytes=0 (or leave it unset) with database=...")
     wh = Warehouse(root)
+    snap = wh.snapshot()
     con = duckdb.connect(database)
+    wh.register(con, snap)  # an s3:// warehouse: DuckDB reads its objects through s3fs (docs/scale.md)
     con.execute("SET parquet_metadata_cache = true")  # footers are read once per connection, not per query
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    install_views(con, wh, small_table_bytes=small_table_bytes)
+    install_views(con, wh, snap, small_table_bytes=small_table_bytes)
     return con
 
 

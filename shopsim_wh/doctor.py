@@ -201,7 +201,11 @@ def check_servers(cfg) -> list[Finding]:
 def doctor(root: str | os.PathLike, cfg=None) -> list[Finding]:
     """Every finding on the warehouse at ``root`` (and, with a loaded config, on its servers and catalog)."""
     from .errors import WarehouseError
+    from .storage import is_url
 
+    if is_url(str(root)):
+        raise WarehouseError(f"doctor checks warehouses on local disk; for {root} run `shopsim-wh check -w {root}` "
+                             "(snapshot files readable, nothing lost, stray objects)")
     root = Path(root)
     wh = Warehouse(root)
     findings: list[Finding] = []

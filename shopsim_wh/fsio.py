@@ -6,11 +6,43 @@ fsynced; a file's bytes only once the file is. Everything the warehouse writer w
 
 from __future__ import annotations
 
+import fcntl
 import os
+import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .crash import fs_event
+from .errors import WarehouseLockedError
+
+
+@contextmanager
+def held_flock(path: Path, timeout_s: float, refusal: Callable[[str], str], stamp: str) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created if absent), waiting up to ``timeout_s`` for it; ``stamp`` (who
+    holds it) is written into the file. On time-out, :class:`WarehouseLockedError` with ``refusal(holder's stamp)``.
+    A lock left by a killed holder is free at once: the kernel drops a dead process's flock."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+                    raise WarehouseLockedError(refusal(holder or "unknown")) from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, stamp.encode(), 0)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: Path) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .errors import WarehouseError
 from .schema import SCHEMA_VERSION, TABLES
@@ -56,8 +55,8 @@ def _runs_rows(wh: Warehouse, snap: Snapshot) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     for e in snap.files("runs"):
         cols = [c for c in ("experiment", "source_format", "checkpoint_id", "created_at")
-                if c in pq.read_schema(wh.abspath(e)).names]
-        for r in pq.read_table(wh.abspath(e), columns=cols).to_pylist():
+                if c in pq.read_schema(wh.open_input(e)).names]
+        for r in pq.read_table(wh.open_input(e), columns=cols).to_pylist():
             rows[e.run_id] = r
     return rows
 
@@ -102,10 +101,10 @@ def outdated(wh: Warehouse, snap: Snapshot) -> dict[str, int]:
     for table, entries in snap.tables.items():
         spec = TABLES.get(table)
         for e in entries:
-            if spec is None or e.schema_version == SCHEMA_VERSION or not wh.abspath(e).exists():
+            if spec is None or e.schema_version == SCHEMA_VERSION or not wh.store.exists(e.path):
                 continue
             try:
-                names = pq.read_schema(wh.abspath(e)).names
+                names = pq.read_schema(wh.open_input(e)).names
             except Exception:  # noqa: BLE001 - unreadable files are doctor's file_unreadable finding
                 continue
             if names != spec.column_names:
@@ -113,16 +112,14 @@ def outdated(wh: Warehouse, snap: Snapshot) -> dict[str, int]:
     return out
 
 
-def _candidates(wh: Warehouse, snap: Snapshot) -> list[Path]:
-    """Files a vacuum may delete: pending deletions, staging leftovers, unlisted files in table folders."""
+def _candidates(wh: Warehouse, snap: Snapshot) -> dict[str, int]:
+    """Files a vacuum may delete (path -> bytes): pending deletions, staging leftovers, unlisted table files."""
     live = {e.path for es in snap.tables.values() for e in es}
-    out = [wh.root / i["path"] for i in snap.pending_delete]
-    out += [f for f in wh.staging_dir.glob("*") if f.is_file()]
-    for table in TABLES:
-        for f in (wh.root / table).glob("*/*.parquet"):
-            if f.relative_to(wh.root).as_posix() not in live:
-                out.append(f)
-    return [f for f in dict.fromkeys(out) if f.exists()]
+    pending = {i["path"] for i in snap.pending_delete}
+    out = {rel: size for table in TABLES for rel, _, size in wh.store.list(table)
+           if rel.endswith(".parquet") and (rel in pending or rel not in live)}
+    out.update({str(f): f.stat().st_size for f in wh.store.staged()})
+    return out
 
 
 def vacuum(root: str | os.PathLike, force: bool = False, grace_s: float = GRACE_S) -> dict:
@@ -131,12 +128,11 @@ def vacuum(root: str | os.PathLike, force: bool = False, grace_s: float = GRACE_
     older snapshot is running). Returns counts: removed files and bytes, files still waiting."""
     wh = _require(root)
     before = _candidates(wh, wh.snapshot())
-    sizes = {f: f.stat().st_size for f in before}
     with wh.writer(grace_s=grace_s) as w:  # opening the writer vacuums by age already
         w.vacuum(force=force)
-    gone = [f for f in before if not f.exists()]
-    waiting = len(_candidates(wh, wh.snapshot()))
-    return {"removed_files": len(gone), "removed_bytes": sum(sizes[f] for f in gone), "waiting_files": waiting,
+    after = _candidates(wh, wh.snapshot())
+    gone = [f for f in before if f not in after]
+    return {"removed_files": len(gone), "removed_bytes": sum(before[f] for f in gone), "waiting_files": len(after),
             "grace_s": grace_s}
 
 

@@ -35,6 +35,7 @@ from .errors import ConfigError, EnvUnavailable, FingerprintMismatch, TestSplitG
 from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
 from .model import ChatModel
 from .prompts import PromptBuilder
+from .runlock import experiment_lock
 from .runtime import ACTION_PROTOCOL, AgentRuntime, EpisodeRecord
 from .schema import to_arrow
 from .skills import SkillProvider, load_skills
@@ -96,7 +97,8 @@ SEMANTIC_FIELDS: dict[str, tuple[str, ...]] = {
 EXECUTION_FIELDS: frozenset[str] = frozenset({
     "experiment.dotenv", "model.base_url", "model.api_key_env", "model.trust_env", "model.timeout_s",
     "model.max_retries", "model.retry_backoff_s", "environment.timeout_s", "environment.trust_env",
-    "runtime.concurrency", "output.warehouse", "output.catalog",
+    "runtime.concurrency", "runtime.executor", "runtime.ray_address", "runtime.ray_workers", "output.warehouse",
+    "output.catalog",
 })
 IDENTITY_FIELDS: frozenset[str] = frozenset({"experiment.name"})
 
@@ -276,6 +278,23 @@ class _Start:
     on_start: Callable[[int, int], None] | None
     on_signal: Callable[[str, int], None] | None = None
     result: RunResult | None = None
+    signals: bool = True  # SIGTERM / SIGINT stop the run gracefully (False in a Ray worker: Ray owns its signals)
+    ledger_part: str = ""  # a Ray worker's own ledger file: <load_id><part>.jsonl
+
+
+async def open_run(p: Plan, writer: Writer, start: _Start, env_client: httpx.AsyncClient, load_id: str) -> dict:
+    """GET /healthz; refuse another environment_version than the stored run's; write the runs row of a new run."""
+    health = await read_health(env_client, p.cfg.environment.dialect)
+    version = health.get("environment_version")
+    if start.stored is not None and start.stored_env_version != version:
+        raise ConfigError(
+            f"experiment {p.run_id!r} was run against environment_version {start.stored_env_version!r}, but the "
+            f"server now reports {version!r}; results would mix two environments. Use a new experiment.name "
+            "or point environment.url at the original server")
+    if start.stored is None:
+        await asyncio.to_thread(writer.commit, [("runs", p.run_id, to_arrow("runs", [
+            _runs_row(p, load_id, start.allow_test, health)]))])
+    return health
 
 
 async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concurrency: int,
@@ -283,21 +302,12 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
     cfg = p.cfg
     model_client, env_client = make_clients(cfg)
     async with model_client, env_client:
-        health = await read_health(env_client, cfg.environment.dialect)
-        version = health.get("environment_version")
-        if start.stored is not None and start.stored_env_version != version:
-            raise ConfigError(
-                f"experiment {p.run_id!r} was run against environment_version {start.stored_env_version!r}, but the "
-                f"server now reports {version!r}; results would mix two environments. Use a new experiment.name "
-                "or point environment.url at the original server")
-        if start.stored is None:
-            await asyncio.to_thread(writer.commit, [("runs", p.run_id, to_arrow("runs", [
-                _runs_row(p, load_id, start.allow_test, health)]))])
+        health = await open_run(p, writer, start, env_client, load_id)
         todo = [j for j in p.jobs if j.episode_id not in start.done]
         result = start.result = RunResult(p.run_id, len(p.jobs), len(p.jobs) - len(todo))
         if start.on_start:
             start.on_start(len(todo), result.skipped)
-        committer = Committer(writer, p.run_id, p.cfg.experiment.name, load_id, start.attempts)
+        committer = Committer(writer, p.run_id, p.cfg.experiment.name, load_id, start.attempts, start.ledger_part)
         commit_task = asyncio.create_task(committer.loop())
         sem = asyncio.Semaphore(concurrency)
         model = make_model(cfg, model_client)
@@ -364,7 +374,7 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
             else:  # second signal: abandon the episodes in flight
                 abandon()
 
-        installed = _install_signals(asyncio.get_running_loop(), on_signal)
+        installed = _install_signals(asyncio.get_running_loop(), on_signal) if start.signals else []
         try:
             tasks.extend(asyncio.create_task(one(j)) for j in todo)
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)
@@ -407,7 +417,14 @@ def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = Non
     t0 = time.perf_counter()
     load_id = f"{p.run_id}.{datetime.now(UTC):%Y%m%dT%H%M%S}.{uuid.uuid4().hex[:6]}"
     started = datetime.now(UTC)
-    with wh.writer(grace_s=grace_seconds()) as writer:
+    if cfg.runtime.executor == "ray":
+        from .ray_executor import run_on_ray
+
+        with experiment_lock(wh, p.run_id):
+            result = run_on_ray(p, wh, load_id, concurrency or cfg.runtime.concurrency, allow_test, progress, on_start)
+        result.seconds = time.perf_counter() - t0
+        return result
+    with experiment_lock(wh, p.run_id), wh.writer(grace_s=grace_seconds()) as writer:
         stored, stored_env, done, attempts = _existing_state(wh, p.run_id)
         check_resume(p.run_id, stored, p.fingerprint_fields)
         start = _Start(stored, stored_env, done, attempts, allow_test, on_start, on_signal)
@@ -422,19 +439,25 @@ def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = Non
         finally:
             result = start.result
             if result is not None:  # the run started (health read, runs row written): record this load
-                try:
-                    writer.commit([("loads", p.run_id, to_arrow("loads", [{
-                        "load_id": load_id, "command": "resume" if stored is not None else "run", "started_at": started,
-                        "finished_at": datetime.now(UTC), "episodes_written": result.attempted, "status": status,
-                        "tool_version": __version__}]))])
-                    crash.point("runner.load_recorded")
-                    writer.compact(p.run_id)
-                except WarehouseFullError:
-                    if status == "complete":
-                        raise
-                    # already failing or interrupted: the loads row is bookkeeping; the first error is what counts
+                record_load(writer, p, load_id, stored is not None, started, result.attempted, status)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def record_load(writer: Writer, p: Plan, load_id: str, resumed: bool, started: datetime, attempted: int,
+                status: str) -> None:
+    """The invocation's ``loads`` row, then the final compaction of the run's files."""
+    try:
+        writer.commit([("loads", p.run_id, to_arrow("loads", [{
+            "load_id": load_id, "command": "resume" if resumed else "run", "started_at": started,
+            "finished_at": datetime.now(UTC), "episodes_written": attempted, "status": status,
+            "tool_version": __version__}]))])
+        crash.point("runner.load_recorded")
+        writer.compact(p.run_id)
+    except WarehouseFullError:
+        if status == "complete":
+            raise
+        # already failing or interrupted: the loads row is bookkeeping; the first error is what counts
 
 
 def grace_seconds() -> float:

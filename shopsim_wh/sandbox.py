@@ -50,12 +50,13 @@ _SPILL_PREFIX = "shopsim-wh-sandbox-"
 _CLAUSES = ("where_clause", "having", "qualify", "sample")  # must be empty around a checked expression
 
 
-def _locked_down(con: duckdb.DuckDBPyConnection, root: Path) -> duckdb.DuckDBPyConnection:
+def _locked_down(con: duckdb.DuckDBPyConnection, root: Path | str) -> duckdb.DuckDBPyConnection:
     # the directory DuckDB spills to is always allowed; make it a private one that does not exist yet
     # (DuckDB creates it on first spill and removes it on close), not ./.tmp in the working directory
     spill = Path(tempfile.gettempdir()) / f"{_SPILL_PREFIX}{uuid.uuid4().hex}"
     con.execute(f"SET temp_directory = '{_quote(str(spill))}'")
-    con.execute(f"SET allowed_directories = ['{_quote(str(root))}{os.sep}']")  # trailing sep: not root-sibling/
+    sep = "/" if isinstance(root, str) else os.sep  # an s3:// warehouse: its prefix, nothing else in the bucket
+    con.execute(f"SET allowed_directories = ['{_quote(str(root))}{sep}']")  # trailing sep: not root-sibling/
     con.execute("SET python_enable_replacements = false")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
@@ -74,6 +75,11 @@ def connect(root: str | os.PathLike, threads: int | None = None) -> duckdb.DuckD
     The library's own SQL (temp tables of the gate, ...) still runs on it; what a *user* sends goes through
     :func:`execute` (a whole query) or :func:`check_expression` (a filter spliced into a query).
     """
+    from .storage import is_url
+
+    if is_url(str(root)):
+        url = str(root).rstrip("/")
+        return _locked_down(open_views(url, threads=threads), url)
     real = Path(root).resolve()  # the views read resolved paths (db.staging_sql), so allow the resolved root
     return _locked_down(open_views(real, threads=threads), real)
 

@@ -99,6 +99,7 @@ class SynthResult:
     reject_reasons: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     unreachable: bool = False
+    teacher_base_url: str = ""
 
     def as_json(self) -> dict:
         return dict(self.__dict__)
@@ -199,7 +200,7 @@ def synthesize(warehouse: str | os.PathLike, teacher: TeacherConfig | str | os.P
     cfg = teacher if isinstance(teacher, TeacherConfig) else load_teacher(teacher)
     t0 = time.perf_counter()
     fp, identity = teacher_fingerprint(cfg.teacher), teacher_identity(cfg.teacher)
-    result = SynthResult(fp)
+    result = SynthResult(fp, teacher_base_url=identity["base_url"])
     con = connect(warehouse)
     try:
         install_exports(con)
@@ -258,8 +259,9 @@ async def _send_all(warehouse, cfg: TeacherConfig, todo: list[dict], fp: str, id
                 return req, out, None
 
         with Warehouse(warehouse).writer() as writer:
+            tasks = [asyncio.ensure_future(one(r)) for r in todo]
             try:
-                for n, fut in enumerate(asyncio.as_completed([one(r) for r in todo]), 1):
+                for n, fut in enumerate(asyncio.as_completed(tasks), 1):
                     req, out, exc = await fut
                     result.sent += 1
                     if exc is not None:
@@ -267,6 +269,8 @@ async def _send_all(warehouse, cfg: TeacherConfig, todo: list[dict], fp: str, id
                         result.unreachable = result.unreachable or isinstance(exc, ModelUnavailable)
                         if len(result.errors) < 20:
                             result.errors.append(f"{req['request_hash']}: {exc}")
+                        if isinstance(exc, ModelUnavailable) and result.accepted + result.rejected == 0:
+                            break  # nothing ever connected (after the retries): stop instead of failing each request
                     else:
                         if out.protocol_error:
                             verdict = ("rejected", f"model_protocol_error: {out.protocol_error['code']}: "
@@ -285,6 +289,9 @@ async def _send_all(warehouse, cfg: TeacherConfig, todo: list[dict], fp: str, id
                     if progress:
                         progress(n, len(todo))
             finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
                 if pending:
                     flush(writer)
                 if touched:

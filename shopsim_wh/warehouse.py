@@ -19,6 +19,12 @@ invisible (``vacuum`` removes them). Compaction writes the merged files, commits
 swaps them in, and leaves the replaced files on disk for ``grace_s`` seconds so readers that
 opened the previous snapshot finish their queries.
 
+The same logic runs on S3-compatible object storage (``s3://bucket/prefix``): the file-system steps live
+behind :mod:`shopsim_wh.storage` (``LocalStore`` is the protocol above; ``S3Store`` uploads data under
+unique keys and commits by a conditional put of the next snapshot object, a writer that loses the race
+rebuilding its snapshot on the winner's, see :meth:`Writer._publish`). Compaction streams through DuckDB
+(:mod:`shopsim_wh.compaction`).
+
 Every file-system step of a commit, compaction and vacuum is a named crash point
 (:mod:`shopsim_wh.crash`) and reports itself to the power-loss recorder; see docs/durability.md.
 One writer at a time (``_catalog/LOCK``, an ``flock`` the kernel releases when its holder dies): a
@@ -27,12 +33,10 @@ second writer waits up to ``$SHOPSIM_WH_LOCK_TIMEOUT_S`` (default 30) seconds, r
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,15 +46,12 @@ import pyarrow.parquet as pq
 
 from . import crash
 from .crash import fs_event
-from .errors import WarehouseError, WarehouseFullError, WarehouseLockedError
-from .fsio import atomic_write_bytes as _atomic_write_bytes
-from .fsio import fsync_dir as _fsync_dir
-from .fsio import fsync_file as _fsync_file
-from .fsio import is_no_space, make_dirs
-from .fsio import replace as _replace
+from .errors import WarehouseError, WarehouseFullError
+from .fsio import is_no_space
 from .fsio import unlink as _unlink
 from .names import check_name
 from .schema import DICTIONARY_COLUMNS, PARTITION_KEY, SCHEMA_VERSION, TABLES, conform
+from .storage import is_url, open_store, unique_name
 
 SNAPSHOT_FORMAT = "shopsim-wh-snapshot-v1"
 ZSTD_LEVEL = 3
@@ -58,12 +59,18 @@ ROW_GROUP_TARGET_BYTES = 32 * 1024 * 1024
 COMPACT_FILE_TARGET_BYTES = 256 * 1024 * 1024  # uncompressed bytes per compacted file
 
 
-def default_root(explicit: str | os.PathLike | None = None, config_value: str | None = None) -> Path:
-    """--warehouse, else the config's output.warehouse, else $SHOPSIM_WH_HOME, else ./warehouse."""
+def default_root(explicit: str | os.PathLike | None = None, config_value: str | None = None) -> Path | str:
+    """--warehouse, else the config's output.warehouse, else $SHOPSIM_WH_HOME, else ./warehouse.
+    An ``s3://bucket/prefix`` URL comes back as the string (a Path would fold its ``//``)."""
     for candidate in (explicit, config_value, os.environ.get("SHOPSIM_WH_HOME")):
         if candidate:
-            return Path(candidate)
+            return str(candidate) if is_url(str(candidate)) else Path(candidate)
     return Path("warehouse")
+
+
+def location(root: str | os.PathLike) -> str:
+    """A warehouse's canonical name (in manifests, catalogs, reports): the resolved path or the ``s3://`` URL."""
+    return str(root).rstrip("/") if is_url(str(root)) else str(Path(root).resolve())
 
 
 def check_run_id(run_id: str) -> str:
@@ -137,8 +144,7 @@ def stage_parquet(staging_dir: Path, data: pa.Table, compression_level: int = ZS
 
     Safe to call from another process: the file only becomes part of the warehouse when a
     :class:`Writer` commits it; until then ``vacuum`` treats it as an orphan."""
-    name = f"{prefix}-{time.time_ns():x}-{uuid.uuid4().hex[:8]}.parquet"
-    path = Path(staging_dir) / name
+    path = Path(staging_dir) / unique_name(prefix)
     rows_per_group = max(1024, int(data.num_rows * ROW_GROUP_TARGET_BYTES / max(1, data.nbytes)))
     try:
         pq.write_table(
@@ -153,32 +159,55 @@ def stage_parquet(staging_dir: Path, data: pa.Table, compression_level: int = ZS
 
 
 class Warehouse:
-    """A warehouse root. Cheap to construct; reading never takes the lock."""
+    """A warehouse root (a directory, or ``s3://bucket/prefix``). Cheap to construct; reading never takes a lock."""
 
     def __init__(self, root: str | os.PathLike):
-        self.root = Path(root)
-        self.catalog_dir = self.root / "_catalog"
-        self.staging_dir = self.root / "_staging"
+        self.store = open_store(root)
+        self.remote = is_url(root)
+        self.root = self.store.url if self.remote else self.store.root
+        self.catalog_dir = None if self.remote else self.store.catalog_dir
+
+    def __repr__(self) -> str:
+        return f"Warehouse({str(self.root)!r})"
+
+    @property
+    def staging_dir(self) -> Path:
+        """Where Parquet files are written before a commit places them (a private local directory for s3)."""
+        return self.store.staging_dir
 
     def exists(self) -> bool:
-        return (self.catalog_dir / "CURRENT").exists()
+        return self.store.current() is not None
 
     def snapshot(self) -> Snapshot:
-        current = self.catalog_dir / "CURRENT"
-        # CURRENT and the snapshot it names can be swapped between our two reads; retry.
+        # CURRENT and the snapshot it names can be swapped (or pruned) between our two reads; retry.
         for _ in range(20):
-            try:
-                n = int(current.read_text().strip())
-            except FileNotFoundError:
+            n = self.store.current()
+            if n is None:
                 return Snapshot()
-            try:
-                return Snapshot.from_json((self.catalog_dir / f"snapshot-{n:06d}.json").read_bytes())
-            except FileNotFoundError:
-                time.sleep(0.01)
-        raise WarehouseError(f"cannot read a consistent snapshot under {self.catalog_dir}")
+            data = self.store.read_snapshot(n)
+            if data is not None:
+                return Snapshot.from_json(data)
+            time.sleep(0.01)
+        raise WarehouseError(f"cannot read a consistent snapshot under {self.root}/_catalog")
 
     def abspath(self, entry: FileEntry) -> Path:
+        if self.remote:
+            raise WarehouseError(f"{self.root} is an object store: open its files with Warehouse.open_input")
         return self.root / entry.path
+
+    def open_input(self, entry: FileEntry):
+        """A local path or an in-memory buffer for pyarrow to read a snapshot file from."""
+        return self.store.open_input(entry.path)
+
+    def reader_path(self, entry: FileEntry) -> str:
+        """The path or ``s3://`` URL DuckDB reads a snapshot file at."""
+        return self.store.reader_path(entry.path)
+
+    def register(self, con, snap: Snapshot | None = None, tables: Iterable[str] | None = None) -> None:
+        """Let DuckDB connection ``con`` read this warehouse's files (for s3://, through s3fs; see storage.py)."""
+        snap = snap or Snapshot()
+        self.store.register(con, {e.path.rsplit("/", 1)[0] for t, es in snap.tables.items()
+                                  if tables is None or t in tables for e in es})
 
     def read(self, table: str, columns: list[str], run_id: str | None = None,
              snap: Snapshot | None = None) -> pa.Table:
@@ -188,7 +217,7 @@ class Warehouse:
         spec = TABLES[table].arrow_schema
         parts = []
         for e in snap.files(table, run_id):
-            t = pq.read_table(self.abspath(e), columns=columns, schema=spec)
+            t = pq.read_table(self.open_input(e), columns=columns, schema=spec)
             parts.append(t.append_column(PARTITION_KEY, pa.array([e.run_id] * t.num_rows, pa.string())))
         if not parts:
             return pa.schema([spec.field(c) for c in columns] + [pa.field(PARTITION_KEY, pa.string())]).empty_table()
@@ -196,49 +225,39 @@ class Warehouse:
 
     @contextmanager
     def writer(self, timeout_s: float | None = None, grace_s: float = 300.0) -> Iterator[Writer]:
-        """The single writer: waits up to ``timeout_s`` (default ``$SHOPSIM_WH_LOCK_TIMEOUT_S`` or 30) for the
-        lock. A lock left by a killed writer is free at once (the kernel drops a dead process's flock); its
-        half-written files are never in a snapshot and are deleted here before anything else is written."""
+        """A writer. On local disk the single writer: waits up to ``timeout_s`` (default
+        ``$SHOPSIM_WH_LOCK_TIMEOUT_S`` or 30) for the lock; a lock left by a killed writer is free at once (the
+        kernel drops a dead process's flock); its half-written files are never in a snapshot and are deleted
+        here before anything else is written. On object storage writers run concurrently: each commit is a
+        conditional put of the next snapshot and a loser rebuilds on the winner's snapshot and retries;
+        orphans are deleted once older than ``grace_s``."""
         if timeout_s is None:
             timeout_s = float(os.environ.get("SHOPSIM_WH_LOCK_TIMEOUT_S") or 30)
-        make_dirs(self.catalog_dir)
-        make_dirs(self.staging_dir)
-        lock_path = self.catalog_dir / "LOCK"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + timeout_s
-        while True:
+        with self.store.lock(timeout_s):
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
-                    os.close(fd)
-                    raise WarehouseLockedError(
-                        f"warehouse {self.root} is locked by another writer ({holder or 'unknown'}); one writer at "
-                        "a time: wait for it to finish (or raise $SHOPSIM_WH_LOCK_TIMEOUT_S) or use another --warehouse"
-                    ) from None
-                time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode(), 0)
-        fs_event("root", self.root)
-        try:
-            w = Writer(self, grace_s)
-            w.vacuum(orphans=True)
-            yield w
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+                w = Writer(self, grace_s)
+                w.vacuum(orphans=self.store.exclusive)
+                yield w
+            finally:
+                if self.remote:
+                    self.store.close()
+
+
+class CommitConflict(WarehouseError):
+    """Another writer changed what this commit was built on (a compaction of a run someone else rewrote)."""
+
+
+MAX_COMMIT_RETRIES = 50
 
 
 class Writer:
-    """Holds the warehouse lock; every commit is atomic for readers."""
+    """Every commit is atomic for readers; on object storage concurrent writers retry on each other's snapshots."""
 
     def __init__(self, wh: Warehouse, grace_s: float):
         self.wh = wh
         self.grace_s = grace_s
         self.snap = wh.snapshot()
-        self._placed: list[Path] = []  # files moved into table directories by the step in progress
+        self._placed: list[Path | str] = []  # staged local files / warehouse-relative paths of the step in progress
 
     # -- writing files -------------------------------------------------------------------------
     def _write_file(self, table: str, run_id: str, data: pa.Table, compacted: bool = False,
@@ -248,47 +267,49 @@ class Writer:
         return self._place(table, run_id, staged, compacted)
 
     def _place(self, table: str, run_id: str, staged: StagedFile, compacted: bool = False) -> FileEntry:
-        """Move a fully written file from ``_staging/`` into its table directory (fsynced first)."""
-        if staged.path.parent.resolve() != self.wh.staging_dir.resolve():
+        """Move a fully written file from the staging directory into its table directory (fsynced first)."""
+        if staged.path.parent.resolve() != Path(self.wh.staging_dir).resolve():
             raise WarehouseError(f"{staged.path} is not in this warehouse's staging directory {self.wh.staging_dir}")
-        crash.point("commit.staged")
-        _fsync_file(staged.path)
-        crash.point("commit.file_synced")
-        rel_dir = f"{table}/{PARTITION_KEY}={run_id}"
-        final_dir = self.wh.root / rel_dir
-        make_dirs(final_dir)
-        self._placed.append(final_dir / staged.path.name)
-        _replace(staged.path, final_dir / staged.path.name)
-        crash.point("commit.file_renamed")
-        _fsync_dir(final_dir)
-        crash.point("commit.dir_synced")
-        return FileEntry(f"{rel_dir}/{staged.path.name}", run_id, staged.rows,
-                         (final_dir / staged.path.name).stat().st_size, compacted, SCHEMA_VERSION)
+        rel = f"{table}/{PARTITION_KEY}={run_id}/{staged.path.name}"
+        size = self.wh.store.place(staged.path, rel, self._placed)
+        return FileEntry(rel, run_id, staged.rows, size, compacted, SCHEMA_VERSION)
 
-    def _publish(self, snap: Snapshot) -> None:
-        snap.version = self.snap.version + 1
-        snap.committed_at = time.time()
-        cat = self.wh.catalog_dir
-        _atomic_write_bytes(cat / f"snapshot-{snap.version:06d}.json", snap.to_json())
-        crash.point("commit.snapshot_written")
-        _atomic_write_bytes(cat / "CURRENT", str(snap.version).encode())
-        self.snap = snap
-        self._placed = []
-        crash.point("commit.current_replaced")
-        for old in cat.glob("snapshot-*.json"):  # keep a short history for readers mid-swap
-            if int(old.stem.split("-")[1]) < snap.version - 5:
-                _unlink(old)
+    def _publish(self, build: Callable[[Snapshot], Snapshot] | Snapshot) -> Snapshot:
+        """Commit ``build(base)`` as the snapshot after ``base``. Locally ``base`` is this writer's snapshot (the
+        lock guarantees it is current); on object storage a lost race re-reads the winner's snapshot and
+        builds again on it (the new files are already placed; only the snapshot document is redone). A plain
+        :class:`Snapshot` is published as it is (no rebuild on a conflict)."""
+        if isinstance(build, Snapshot):
+            build = (lambda fixed: lambda base: fixed)(build)
+        base = self.snap
+        for attempt in range(MAX_COMMIT_RETRIES):
+            snap = build(base)
+            snap.version = base.version + 1
+            snap.committed_at = time.time()
+            if self.wh.store.publish(snap.version, snap.to_json()):
+                self.snap = snap
+                self._placed = []
+                crash.point("commit.current_replaced")
+                self.wh.store.prune(snap.version)
+                return snap
+            time.sleep(min(0.5, 0.01 * 2 ** min(attempt, 6)))
+            base = self.wh.snapshot()
+        raise WarehouseError(f"could not commit to {self.wh.root} after {MAX_COMMIT_RETRIES} attempts: other writers "
+                             "kept committing first; retry (what this command committed so far is kept)")
 
     @contextmanager
     def _all_or_nothing(self, what: str) -> Iterator[None]:
-        """On failure before CURRENT names the new snapshot, delete the files this step placed (they are in no
+        """On failure before a snapshot lists them, delete the files this step placed (they are in no
         snapshot), and turn a full disk into a :class:`WarehouseFullError` saying what is committed."""
         self._placed = []
         try:
             yield
         except BaseException as exc:
             for p in self._placed:
-                _unlink(p)
+                if isinstance(p, Path):
+                    _unlink(p)
+                else:
+                    self.wh.store.delete(p)
             self._placed = []
             if is_no_space(exc):
                 raise WarehouseFullError(
@@ -331,16 +352,18 @@ class Writer:
             data = conform(table, data)
             staged.setdefault(table, []).append(self._write_file(table, run_id, data, compression_level=compression_level))
         replace = set(replace_runs)
-        new = Snapshot(tables={}, pending_delete=list(self.snap.pending_delete))
-        now = time.time()
-        for table, entries in self.snap.tables.items():
-            keep = [e for e in entries if e.run_id not in replace]
-            new.pending_delete += [{"path": e.path, "since": now} for e in entries if e.run_id in replace]
-            new.tables[table] = keep
-        for table, entries in staged.items():
-            new.tables.setdefault(table, []).extend(entries)
-        self._publish(new)
-        return new
+
+        def build(base: Snapshot) -> Snapshot:
+            new = Snapshot(tables={}, pending_delete=list(base.pending_delete))
+            now = time.time()
+            for table, entries in base.tables.items():
+                new.tables[table] = [e for e in entries if e.run_id not in replace]
+                new.pending_delete += [{"path": e.path, "since": now} for e in entries if e.run_id in replace]
+            for table, entries in staged.items():
+                new.tables.setdefault(table, []).extend(entries)
+            return new
+
+        return self._publish(build)
 
     # -- compaction and cleanup ----------------------------------------------------------------
     def compact(self, run_id: str, min_files: int = 2, small_only: bool = False) -> int:
@@ -353,72 +376,71 @@ class Writer:
             return self._compact(run_id, min_files, small_only)
 
     def _compact(self, run_id: str, min_files: int, small_only: bool) -> int:
+        from .compaction import merge_sorted
+
         replaced: dict[str, list[FileEntry]] = {}
         written: dict[str, list[FileEntry]] = {}
-        for table, spec in TABLES.items():
+        for table in TABLES:
             entries = [e for e in self.snap.files(table, run_id) if not (small_only and e.compacted)]
             if len(entries) < min_files:
                 continue
-            data = pa.concat_tables(
-                [pq.read_table(self.wh.abspath(e), schema=spec.arrow_schema) for e in entries],
-                promote_options="permissive",
-            )
-            if spec.sort_key:
-                data = data.sort_by([(k, "ascending") for k in spec.sort_key])
-            n_files = max(1, -(-data.nbytes // COMPACT_FILE_TARGET_BYTES))
-            step = -(-data.num_rows // n_files)
             written[table] = [
-                self._write_file(table, run_id, data.slice(i, step), compacted=True)
-                for i in range(0, data.num_rows, step)
+                self._place(table, run_id, StagedFile(path, rows), compacted=True)
+                for path, rows in merge_sorted(self.wh, table, entries, self.wh.staging_dir, self._placed,
+                                               COMPACT_FILE_TARGET_BYTES, ROW_GROUP_TARGET_BYTES, ZSTD_LEVEL)
             ]
             replaced[table] = entries
         if not replaced:
             return 0
         crash.point("compact.files_written")
-        now = time.time()
-        new = Snapshot(tables={}, pending_delete=list(self.snap.pending_delete))
-        for table, entries in self.snap.tables.items():
-            gone = {e.path for e in replaced.get(table, [])}
-            new.tables[table] = [e for e in entries if e.path not in gone] + written.get(table, [])
-            new.pending_delete += [{"path": p, "since": now} for p in sorted(gone)]
-        self._publish(new)
+
+        def build(base: Snapshot) -> Snapshot:
+            live = {e.path for es in base.tables.values() for e in es}
+            if any(e.path not in live for es in replaced.values() for e in es):
+                raise CommitConflict(f"run {run_id} was changed by another writer during its compaction; nothing "
+                                     "was swapped: compact it again")
+            now = time.time()
+            new = Snapshot(tables={}, pending_delete=list(base.pending_delete))
+            for table, entries in base.tables.items():
+                gone = {e.path for e in replaced.get(table, [])}
+                new.tables[table] = [e for e in entries if e.path not in gone] + written.get(table, [])
+                new.pending_delete += [{"path": p, "since": now} for p in sorted(gone)]
+            return new
+
+        self._publish(build)
         crash.point("compact.published")
         return sum(len(v) for v in replaced.values())
 
     def vacuum(self, force: bool = False, orphans: bool = False) -> int:
         """Delete replaced files past the grace period, plus orphans left by crashed commits.
 
-        An orphan (a file in ``_staging/`` or a table directory that no snapshot lists) waits out the grace
-        period too, unless ``orphans``: the writer passes it when it opens, since holding the lock means no
-        other writer can be mid-commit (readers never open a file no snapshot lists)."""
+        An orphan (a staged file, or a file in a table directory that no snapshot lists) waits out the grace
+        period too, unless ``orphans``: the local writer passes it when it opens, since holding the lock means
+        no other writer can be mid-commit (readers never open a file no snapshot lists). On object storage
+        other writers may be between upload and commit, so orphans always wait out the grace period there
+        (``force`` included: run a forced vacuum only when no writer is running)."""
         now = time.time()
+        store = self.wh.store
         keep_pending, removed = [], 0
         for item in self.snap.pending_delete:
             if force or now - item["since"] >= self.grace_s:
-                if _unlink(self.wh.root / item["path"]):
+                if store.delete(item["path"]):
                     crash.point("vacuum.file_deleted")
                 removed += 1
             else:
                 keep_pending.append(item)
-        old_enough = lambda f: force or orphans or now - f.stat().st_mtime >= self.grace_s  # noqa: E731
-        for f in self.wh.staging_dir.glob("*"):
-            if old_enough(f):
-                _unlink(f)
-        live = {e.path for es in self.snap.tables.values() for e in es} | {i["path"] for i in keep_pending}
+        old_enough = lambda mtime: force or orphans or now - mtime >= self.grace_s  # noqa: E731
+        store.clean_staging(old_enough)
+        live = {e.path for es in self.snap.tables.values() for e in es} | {i["path"] for i in self.snap.pending_delete}
         for table in TABLES:
-            tdir = self.wh.root / table
-            if not tdir.is_dir():
-                continue
-            for f in tdir.glob("*/*.parquet"):
-                rel = f.relative_to(self.wh.root).as_posix()
-                if rel not in live and old_enough(f):
-                    _unlink(f)
+            for rel, mtime, _ in list(store.list(table)):
+                if rel.endswith(".parquet") and rel not in live and old_enough(mtime):
+                    store.delete(rel)
                     crash.point("vacuum.file_deleted")
                     removed += 1
-        for f in self.wh.catalog_dir.glob(".*.tmp"):  # a snapshot or CURRENT being written when a writer died
-            if old_enough(f):
-                _unlink(f)
         if len(keep_pending) != len(self.snap.pending_delete):
-            self._publish(Snapshot(tables=dict(self.snap.tables), pending_delete=keep_pending))
+            done = {i["path"] for i in self.snap.pending_delete} - {i["path"] for i in keep_pending}
+            self._publish(lambda base: Snapshot(tables=dict(base.tables),
+                                                pending_delete=[i for i in base.pending_delete if i["path"] not in done]))
             crash.point("vacuum.published")
         return removed

@@ -88,3 +88,51 @@ class Tap:
 
     def on(self, path: str) -> list[tuple]:
         return [(req, st, ans) for p, req, st, ans in self.calls if p == path]
+
+
+def one_episode_batch(run_id: str, i: int, n_steps: int = 3) -> list:
+    """A commit's batches: one completed episode ``task-{i}`` with ``n_steps`` steps (readers check steps = 3 x eps)."""
+    from shopsim_wh.schema import to_arrow
+
+    ep = f"task-{i:06d}__sample-000"
+    return [
+        ("episodes", run_id, to_arrow("episodes", [{"episode_id": ep, "attempt": 1, "status": "completed", "reward": 1.0}])),
+        ("steps", run_id, to_arrow("steps", [{"episode_id": ep, "attempt": 1, "agent_id": "main", "step_idx": s}
+                                             for s in range(n_steps)])),
+    ]
+
+
+def read_during_commits(root, counts, min_reads: int, max_commits: int, compact_every: int) -> list[tuple[int, int]]:
+    """Commit one-episode batches to ``root`` (compacting every ``compact_every``) while a thread calls ``counts()``
+    (-> (episodes, steps) as one reader sees them) until it has read ``min_reads`` times; returns what it saw,
+    re-raising the first error a reader met."""
+    import threading
+
+    from shopsim_wh.warehouse import Warehouse
+
+    stop = threading.Event()
+    seen: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+
+    def read():
+        while not stop.is_set():
+            try:
+                seen.append(counts())
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+    with Warehouse(root).writer(grace_s=60) as w:
+        w.commit(one_episode_batch("r", 0))
+        t = threading.Thread(target=read)
+        t.start()
+        i = 0
+        while len(seen) < min_reads and i < max_commits:  # keep committing until the reader has looked enough
+            i += 1
+            w.commit(one_episode_batch("r", i))
+            if i % compact_every == 0:
+                w.compact("r")
+        stop.set()
+        t.join()
+    if errors:
+        raise errors[0]
+    return seen

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from shopsim_wh import crash, warehouse
+from shopsim_wh import crash, storage
 from shopsim_wh.check import check
 from shopsim_wh.ingest import ingest, synth_v4
 from shopsim_wh.testing import faults
@@ -56,7 +56,7 @@ def test_power_loss_catches_a_skipped_fsync(tmp_path, job, monkeypatch):
     reference = tmp_path / "reference"
     shutil.copytree(base, reference)
     faults.run_job(cfg, reference)
-    monkeypatch.setattr(warehouse, "_fsync_file", lambda path: None)  # the forked child inherits the bug
+    monkeypatch.setattr(storage, "fsync_file", lambda path: None)  # the forked child inherits the bug
     r = faults.crash_case(base, cfg, reference, tmp_path / "neg", "commit.acknowledged", 1,
                           resume=lambda: None)  # no resume: check the image as power loss left it
     assert r.exit_code == crash.CRASH_EXIT

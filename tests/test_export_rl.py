@@ -352,3 +352,19 @@ def test_preference_and_prm_rows_render_through_the_chat_templates(exported, tok
             rendered[("prm", template)] += _check_render(tok, template, row["prompt"], steps, row["tools"])
     assert all(rendered[("preference", level, t)] > 0 for level in ("step", "trajectory") for t in tokenizers)
     assert all(rendered[("prm", t)] > 0 for t in tokenizers)
+
+
+def test_task_batches_give_the_bytes_of_one_batch(con, exported, tmp_path, monkeypatch):
+    """preference (like prm, same `-- batch: task` header) compares the rollouts of a task: its batches keep a
+    task's episodes together, so an export in many batches equals the one-batch export of the fixture."""
+    kind = "preference"
+    runs = [r for (r,) in con.execute("SELECT run_id FROM runs").fetchall()]
+    tasks = con.execute("SELECT count(DISTINCT task_id), count(*) FROM episodes").fetchone()
+    per_batch = max(1, tasks[1] // 3)
+    assert tasks[0] > 3  # several batches of whole tasks
+    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", str(per_batch))
+    res = export(kind, con, tmp_path / kind, gamma=GAMMA, runs=runs)
+    one_dir, one = exported[kind][0], exported[kind][1]
+    assert res.rows == one.rows > 0 and res.shards == one.shards
+    for s in one.shards:
+        assert (tmp_path / kind / s["file"]).read_bytes() == (one_dir / s["file"]).read_bytes()

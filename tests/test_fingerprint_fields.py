@@ -59,7 +59,8 @@ EXECUTION_CASES = {
     "experiment.dotenv": ".env", "model.base_url": "http://127.0.0.1:9/v1", "model.api_key_env": "SHOPSIM_FP_KEY",
     "model.trust_env": True, "model.timeout_s": 3.0, "model.max_retries": 0, "model.retry_backoff_s": 0.0,
     "environment.timeout_s": 5.0, "environment.trust_env": True, "runtime.concurrency": 1,
-    "output.warehouse": "elsewhere", "output.catalog": "bi.duckdb",
+    "output.warehouse": "elsewhere", "output.catalog": "bi.duckdb", "runtime.executor": "ray",
+    "runtime.ray_address": "ray://127.0.0.1:10001", "runtime.ray_workers": 2,
 }
 
 

@@ -113,3 +113,26 @@ def test_sft_reasoning_exports_the_accepted_answers(synth):
         msg = row["completion"][0]
         assert msg["role"] == "assistant" and msg["reasoning_content"] in answers[row["request_hash"]]
         assert isinstance(msg["tool_calls"][0]["function"]["arguments"], dict)
+
+
+def test_an_unreachable_teacher_exits_3_naming_its_url_and_stores_nothing(tmp_path):
+    import socket
+
+    from shopsim_wh.warehouse import Warehouse
+
+    root = copy_warehouse(tmp_path / "wh")
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    cfg = teacher_yaml(tmp_path / "teacher.yaml", url, max_retries=1, retry_backoff_s=0.0)
+    before = Warehouse(root).snapshot().version
+    res = CliRunner().invoke(app, ["synth-reasoning", "--teacher", str(cfg), "-w", str(root), "--runs", RUNS[0],
+                                   "--format", "json"])
+    assert res.exit_code == 3, res.output
+    assert url in res.stderr and "teacher.base_url" in res.stderr and str(cfg) in res.stderr
+    d = json.loads(res.stdout)
+    assert d["accepted"] == d["rejected"] == 0 and d["unreachable"] and 1 <= d["sent"] < d["requests"]  # stopped early
+    assert Warehouse(root).snapshot().version == before  # nothing committed
+    con = connect(root)
+    assert con.execute("SELECT count(*) FROM synthetic_reasoning").fetchone()[0] == 0
+    con.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime
 
 import duckdb
@@ -16,55 +15,30 @@ from shopsim_wh.errors import WarehouseError, WarehouseLockedError
 from shopsim_wh.schema import TABLES, to_arrow
 from shopsim_wh.warehouse import StagedFile, Warehouse, stage_parquet
 
-
-def _batch(run_id: str, i: int, n_steps: int = 3):
-    ep = f"task-{i:06d}__sample-000"
-    return [
-        ("episodes", run_id, to_arrow("episodes", [{"episode_id": ep, "attempt": 1, "status": "completed", "reward": 1.0}])),
-        ("steps", run_id, to_arrow("steps", [{"episode_id": ep, "attempt": 1, "agent_id": "main", "step_idx": s}
-                                             for s in range(n_steps)])),
-    ]
+from .helpers import one_episode_batch, read_during_commits
 
 
 def test_readers_never_see_half_a_commit(warehouse):
-    stop = threading.Event()
-    seen: list[tuple[int, int]] = []
-    errors: list[BaseException] = []
+    def counts():
+        con = connect(warehouse)
+        try:
+            return con.execute("select (select count(*) from stg_episodes), (select count(*) from stg_steps)").fetchone()
+        finally:
+            con.close()
 
-    def read():
-        while not stop.is_set():
-            try:
-                con = connect(warehouse)
-                seen.append(con.execute("select (select count(*) from stg_episodes), (select count(*) from stg_steps)").fetchone())
-                con.close()
-            except BaseException as exc:  # pragma: no cover - reported below
-                errors.append(exc)
-
-    with Warehouse(warehouse).writer(grace_s=60) as w:
-        w.commit(_batch("r", 0))
-        t = threading.Thread(target=read)
-        t.start()
-        i = 0
-        while len(seen) < 8 and i < 2000:  # keep committing until the reader has looked several times
-            i += 1
-            w.commit(_batch("r", i))
-            if i % 10 == 0:
-                w.compact("r")
-        stop.set()
-        t.join()
-    assert not errors, errors[0]
+    seen = read_during_commits(warehouse, counts, min_reads=8, max_commits=2000, compact_every=10)
     assert len(seen) > 5
     assert all(steps == 3 * eps for eps, steps in seen), "a reader saw one table of a batch without the other"
 
 
 def test_small_tables_in_memory_keep_the_snapshot_of_the_connection(warehouse):
     with Warehouse(warehouse).writer() as w:
-        w.commit(_batch("r", 0))
+        w.commit(one_episode_batch("r", 0))
     con = connect(warehouse)  # the default copies these tiny tables into memory
     assert {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()} >= {
         "stg_episodes", "stg_steps"}
     with Warehouse(warehouse).writer() as w:
-        w.commit(_batch("r", 1))
+        w.commit(one_episode_batch("r", 1))
     assert con.execute("SELECT count(*) FROM episodes").fetchone()[0] == 1  # still the snapshot it opened
     assert connect(warehouse).execute("SELECT count(*) FROM episodes").fetchone()[0] == 2
     for small_table_bytes in (0, 1 << 20):  # re-installing switches a stg_ relation between view and table
@@ -78,7 +52,7 @@ def test_small_tables_in_memory_keep_the_snapshot_of_the_connection(warehouse):
 
 def test_a_database_file_keeps_views_that_work_without_connect(warehouse, tmp_path):
     with Warehouse(warehouse).writer() as w:
-        w.commit(_batch("r", 0))
+        w.commit(one_episode_batch("r", 0))
     db = tmp_path / "catalog.duckdb"
     with pytest.raises(WarehouseError, match="small_table_bytes=0"):
         connect(warehouse, database=str(db), small_table_bytes=1 << 20)
@@ -91,7 +65,7 @@ def test_compaction_keeps_open_readers_working_and_merges_files(warehouse):
     wh = Warehouse(warehouse)
     with wh.writer(grace_s=60) as w:
         for i in range(10):
-            w.commit(_batch("r", i))
+            w.commit(one_episode_batch("r", i))
         reader = connect(warehouse)  # opened on the pre-compaction snapshot
         assert w.compact("r") == 20
         assert reader.execute("select count(*) from stg_steps").fetchone()[0] == 30
@@ -110,7 +84,7 @@ def test_compaction_keeps_open_readers_working_and_merges_files(warehouse):
 def test_files_of_a_crashed_commit_are_invisible_and_vacuumed(warehouse):
     wh = Warehouse(warehouse)
     with wh.writer() as w:
-        w.commit(_batch("r", 0))
+        w.commit(one_episode_batch("r", 0))
     orphan = warehouse / "steps" / "run_id=r" / "part-orphan.parquet"
     pq.write_table(to_arrow("steps", [{"episode_id": "x", "attempt": 1, "agent_id": "main", "step_idx": 0}]), orphan)
     (warehouse / "_staging" / "half-written.parquet").write_bytes(b"PAR1 torn")
@@ -122,8 +96,8 @@ def test_files_of_a_crashed_commit_are_invisible_and_vacuumed(warehouse):
 
 def test_replace_runs_swaps_a_run_atomically(warehouse):
     with Warehouse(warehouse).writer() as w:
-        w.commit(_batch("a", 0) + _batch("b", 1))
-        w.commit(_batch("a", 7, n_steps=5), replace_runs=["a"])
+        w.commit(one_episode_batch("a", 0) + one_episode_batch("b", 1))
+        w.commit(one_episode_batch("a", 7, n_steps=5), replace_runs=["a"])
     con = connect(warehouse)
     assert con.execute("select run_id, count(*) from stg_steps group by 1 order by 1").fetchall() == [("a", 5), ("b", 3)]
 
@@ -138,7 +112,7 @@ def test_one_writer_at_a_time(warehouse):
 def test_bad_run_ids_and_unknown_columns_are_refused(warehouse):
     with Warehouse(warehouse).writer() as w:
         with pytest.raises(WarehouseError, match="partition"):
-            w.commit(_batch("../evil", 0))
+            w.commit(one_episode_batch("../evil", 0))
         with pytest.raises(WarehouseError, match="unknown table"):
             w.commit([("nope", "r", to_arrow("steps", []))])
     with pytest.raises(KeyError, match="no column"):
@@ -149,7 +123,7 @@ def test_bad_run_ids_and_unknown_columns_are_refused(warehouse):
 def test_staged_files_written_elsewhere_are_adopted_by_a_commit(warehouse, tmp_path):
     """A parsing worker writes Parquet under _staging/ itself; the commit only places it (rows intact)."""
     wh = Warehouse(warehouse)
-    (_, _, steps), = [b for b in _batch("r1", 7, n_steps=5) if b[0] == "steps"]
+    (_, _, steps), = [b for b in one_episode_batch("r1", 7, n_steps=5) if b[0] == "steps"]
     steps = steps.cast(TABLES["steps"].arrow_schema)
     with wh.writer() as w:
         staged = stage_parquet(wh.staging_dir, steps, 1, prefix="load-x")
@@ -201,7 +175,7 @@ def test_files_of_an_older_schema_read_with_new_columns_as_null(warehouse):
 
     wh = Warehouse(warehouse)
     with wh.writer() as w:
-        w.commit(_batch("old", 0))
+        w.commit(one_episode_batch("old", 0))
     # rewrite the step file without a column added in schema version 2 and mark it as written by version 1
     snap_path = warehouse / "_catalog" / f"snapshot-{wh.snapshot().version:06d}.json"
     doc = json.loads(snap_path.read_text())
@@ -213,7 +187,7 @@ def test_files_of_an_older_schema_read_with_new_columns_as_null(warehouse):
     con = connect(warehouse)
     assert con.execute("select count(*), count(metadata), count(step_idx) from stg_steps").fetchone() == (3, 0, 3)
     with wh.writer() as w:  # new files beside old ones
-        w.commit(_batch("new", 1))
+        w.commit(one_episode_batch("new", 1))
     assert connect(warehouse).execute("select count(*) from stg_steps").fetchone()[0] == 6
 
 
@@ -221,11 +195,11 @@ def test_incremental_compaction_leaves_compacted_files_alone(warehouse):
     wh = Warehouse(warehouse)
     with wh.writer(grace_s=60) as w:
         for i in range(4):
-            w.commit(_batch("r", i))
+            w.commit(one_episode_batch("r", i))
         w.compact("r")
         big = {e.path for e in wh.snapshot().files("steps")}
         for i in range(4, 8):
-            w.commit(_batch("r", i))
+            w.commit(one_episode_batch("r", i))
         assert w.compact("r", small_only=True) == 8  # the 4 new episode files and 4 new step files
         paths = {e.path for e in wh.snapshot().files("steps")}
         assert big <= paths and len(paths) == 2

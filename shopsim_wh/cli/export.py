@@ -84,7 +84,7 @@ def _list(warehouse: str | None, summary_format: str) -> None:
     from ..warehouse import default_root
 
     root = default_root(warehouse)
-    kinds = describe_kinds(root if Path(root).is_dir() else None)
+    kinds = describe_kinds(root if not isinstance(root, str) and Path(root).is_dir() else None)
     if summary_format == "json":
         typer.echo(json.dumps(kinds, default=str, ensure_ascii=False))
         return

@@ -8,12 +8,12 @@ import typer
 
 WarehouseOpt = Annotated[
     str | None,
-    typer.Option("--warehouse", "-w", help="Warehouse directory (default: $SHOPSIM_WH_HOME, else ./warehouse)."),
+    typer.Option("--warehouse", "-w", help="Warehouse directory or s3://bucket/prefix (default: $SHOPSIM_WH_HOME, else ./warehouse)."),
 ]
 # only for commands that read a config: its output.warehouse comes before the environment variable
 RunWarehouseOpt = Annotated[
     str | None,
-    typer.Option("--warehouse", "-w", help="Warehouse directory (default: the config's output.warehouse, "
+    typer.Option("--warehouse", "-w", help="Warehouse directory or s3://bucket/prefix (default: the config's output.warehouse, "
                                            "$SHOPSIM_WH_HOME, else ./warehouse)."),
 ]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="Output format: table, csv, json or parquet.")]

@@ -68,14 +68,14 @@ def report(
     from ..db import connect
     from ..errors import ShopsimError
     from ..report import write_report
-    from ..warehouse import Warehouse, default_root
+    from ..warehouse import Warehouse, default_root, location
 
     root = default_root(warehouse)
     if not Warehouse(root).exists():
         raise ShopsimError(f"no warehouse at {root}; pass --warehouse or run `shopsim-wh run configs/demo.yaml` first")
     run_ids = [r.strip() for item in runs or [] for r in item.split(",") if r.strip()] or None
     options = {"runs": run_ids, "experiment": experiment, "gate": _parse_gate(gate), "prices": _parse_prices(price),
-               "bootstrap": bootstrap, "seed": seed, "warehouse": str(Path(root).resolve()), "exports": exports}
+               "bootstrap": bootstrap, "seed": seed, "warehouse": location(root), "exports": exports}
     with Progress(TextColumn("[bold]report[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
                   disable=quiet, transient=True) as bar:

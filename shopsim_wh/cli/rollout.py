@@ -20,10 +20,20 @@ def _plan_doc(cfg, p) -> dict:
             "environment": {"url": cfg.environment.url, "dialect": cfg.environment.dialect,
                             "persona": cfg.environment.persona},
             "runtime": {"max_steps": cfg.runtime.max_steps, "send_seed": cfg.model.send_seed,
-                        "tool_choice": cfg.model.tool_choice},
+                        "tool_choice": cfg.model.tool_choice, "concurrency": cfg.runtime.concurrency,
+                        "executor": cfg.runtime.executor, "ray_address": cfg.runtime.ray_address,
+                        "ray_workers": cfg.runtime.ray_workers},
             "prompt": {"version": p.prompts.version, "hash": p.prompts.prompt_hash},
             "skills": {"bank_hash": p.fingerprint_fields["skill_bank_hash"], "mask_rate": cfg.skills.mask_rate},
             "fingerprint": p.fingerprint}
+
+
+def _executor(cfg) -> str:
+    r = cfg.runtime
+    if r.executor == "local":
+        return f"local ({r.concurrency} episodes in flight)"
+    return (f"ray at {r.ray_address or 'a local Ray'}: {r.ray_workers or 'one per cluster CPU'} worker(s), "
+            f"{r.concurrency} episodes in flight each")
 
 
 def plan(config: ConfigArg, fmt: OutputOpt = "text") -> None:
@@ -47,6 +57,7 @@ def plan(config: ConfigArg, fmt: OutputOpt = "text") -> None:
     typer.echo(f"environment    {cfg.environment.url} ({cfg.environment.dialect}, persona {cfg.environment.persona})")
     typer.echo(f"runtime        {cfg.runtime.max_steps} model turns, send_seed {cfg.model.send_seed}, "
                f"tool_choice {cfg.model.tool_choice}")
+    typer.echo(f"executor       {_executor(cfg)}")
     typer.echo(f"prompt         {p.prompts.version} hash {p.prompts.prompt_hash}")
     typer.echo(f"skills         {p.fingerprint_fields['skill_bank_hash'] or 'none'} (mask rate {cfg.skills.mask_rate})")
     typer.echo(f"fingerprint    {p.fingerprint}")

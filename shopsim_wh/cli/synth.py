@@ -60,7 +60,8 @@ def synth_reasoning(
         if d["accepted"]:
             typer.echo(f"  export them: shopsim-wh export sft-reasoning --warehouse {root} --out DIR")
     if result.unreachable and result.accepted + result.rejected == 0:
-        typer.echo("error: the teacher server is unreachable; check teacher.base_url and that it is up", err=True)
+        typer.echo(f"error: the teacher server at {result.teacher_base_url} is unreachable; check teacher.base_url "
+                   f"in {teacher} and that the server is up (nothing was stored)", err=True)
         raise typer.Exit(3)
     if result.failed:
         raise typer.Exit(1)

@@ -19,9 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import __version__
+from ..db import ident
+from . import batches
 from .registry import ExportError, Kind, get_kind
 from .scope import bind_params, decontamination, select_runs, where_clause
-from .writer import DUP, SHARD, WriteStats, publish, write_shards
+from .writer import WriteStats, publish, write_shards
 
 EXPORTER_VERSION = f"shopsim-wh-export-1 ({__version__})"
 DEFAULT_SHARD_ROWS = 100_000
@@ -48,15 +50,17 @@ class ExportResult:
         return asdict(self)
 
 
+DEFAULT_MEMORY = "2GB"
+
+
 def _memory_config(spill_dir: str) -> dict:
-    """An export connection spills to its own ``spill_dir`` (removed afterwards); ``SHOPSIM_WH_EXPORT_MEMORY``
-    (e.g. ``4GB``) caps DuckDB's memory. Not every operator of the kinds' views can spill (the list and string
-    aggregates that assemble whole conversations cannot), so too low a cap fails the export with DuckDB's
-    out-of-memory error instead of bounding it; without the variable DuckDB's own default (80% of RAM) holds."""
-    cfg = {"temp_directory": spill_dir, "preserve_insertion_order": False}
-    if os.environ.get("SHOPSIM_WH_EXPORT_MEMORY"):
-        cfg["memory_limit"] = os.environ["SHOPSIM_WH_EXPORT_MEMORY"]
-    return cfg
+    """An export connection spills to its own ``spill_dir`` (removed afterwards) and caps DuckDB's memory at
+    ``SHOPSIM_WH_EXPORT_MEMORY`` (default :data:`DEFAULT_MEMORY`): the sorts of the batched evaluation spill past
+    it. Not every operator of the kinds' views can spill (the list and string aggregates that assemble whole
+    conversations cannot), which is why a kind is computed per batch of episodes (batches.py); a batch too big
+    for the cap fails with an ExportError that says what to lower or raise."""
+    return {"temp_directory": spill_dir, "preserve_insertion_order": False,
+            "memory_limit": os.environ.get("SHOPSIM_WH_EXPORT_MEMORY") or DEFAULT_MEMORY}
 
 
 def _open(warehouse, spill_dir: str):
@@ -70,39 +74,19 @@ def _open(warehouse, spill_dir: str):
         warehouse.execute("SET enable_progress_bar = false")
         install_exports(warehouse)
         return warehouse, None, None
-    if not Path(warehouse).is_dir():
+    from ..warehouse import location
+
+    if not Warehouse(warehouse).exists():
         raise ExportError(f"no warehouse at {warehouse}; point --warehouse at one built by `run` or `ingest`")
     wh = Warehouse(warehouse)
     snap = wh.snapshot()
     con = duckdb.connect(config=_memory_config(spill_dir))
+    wh.register(con, snap)
     con.execute("SET parquet_metadata_cache = true")
     con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
     install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
     install_exports(con)
-    return con, snap.version, str(Path(warehouse).resolve())
-
-
-def _sample_key(kind: Kind) -> str:
-    parts = [f"coalesce(CAST({c} AS VARCHAR), chr(0))" for c in kind.sample]
-    return "md5(" + " || chr(31) || ".join(parts) + ")"
-
-
-def build_query(kind: Kind, where: str | None, n_shards: int, fmt: str, columns: list[str]) -> str:
-    """The streaming query: the kind's rows with their shard (md5 of episode_id), duplicate rank and, for JSONL,
-    the line text; ordered by shard then sample_id."""
-    filt = f"WHERE ({where})" if where else ""
-    if fmt == "jsonl":
-        line = (f"CAST({kind.line} AS VARCHAR)" if kind.line else
-                "CAST(to_json(struct_pack(" + ", ".join(f'"{c}" := "{c}"' for c in columns) + ")) AS VARCHAR)")
-        extra = f", {line} AS __line"
-    else:
-        extra = ""
-    return f"""
-        SELECT *{extra},
-               CAST(md5_number(CAST(episode_id AS VARCHAR)) % {int(n_shards)} AS INTEGER) AS {SHARD},
-               row_number() OVER (PARTITION BY {_sample_key(kind)} ORDER BY sample_id) AS {DUP}
-        FROM {kind.view} {filt}
-        ORDER BY {SHARD}, sample_id"""
+    return con, snap.version, location(warehouse)
 
 
 def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, experiment: str | None = None,
@@ -145,61 +129,129 @@ def _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_
     bind_params(con, params)
     selected = select_runs(con, runs, experiment, allow_test)
     expr, is_default = where_clause(con, spec, where)
-    shadows = _materialize(con, MATERIALIZED + tuple(v for v in spec.materialize if v not in MATERIALIZED))
+    blocks = blocks_of(spec)
     try:
-        return _run(con, spec, out, format, shard_rows, expr, is_default, params, selected, runs, experiment,
-                    snapshot, root, progress, t0)
+        return _run(con, spec, out, Path(spill), format, shard_rows, expr, is_default, params, selected, runs,
+                    experiment, snapshot, root, blocks, progress, t0)
     finally:
-        for name in shadows:
+        for name in blocks:
             con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
+        batches.unshadow(con)
+        con.execute("SET VARIABLE export_decisions_subset = false")
+        con.execute("DELETE FROM export_decisions_wanted")
         con.execute("SET arrow_lossless_conversion = false")
         if root is not None:  # our own connection: close it before its spill directory goes
             con.close()
 
 
 def _materialize(con, names: Sequence[str]) -> list[str]:
+    """TEMP tables holding the building blocks ``names`` (shadowing their views; evaluated once each)."""
+    db = con.execute("SELECT current_database()").fetchone()[0]
     done = []
     for name in names:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM main.{name}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {ident(db)}.main.{name}")
         done.append(name)
     return done
 
 
-def _run(con, spec, out, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot, root,
-         progress, t0) -> ExportResult:
-    import duckdb
+def blocks_of(spec: Kind) -> tuple[str, ...]:
+    """The building blocks an export of ``spec`` materializes (per batch): those of :data:`MATERIALIZED` its
+    SQL reads (directly or through other export views), then the kind's own ``materialize`` list."""
+    read = _reads(spec.sql)
+    return tuple(v for v in MATERIALIZED if v in read) + tuple(v for v in spec.materialize if v not in MATERIALIZED)
 
-    filt = f"WHERE ({expr})" if expr else ""
-    try:
-        total = con.execute(f"SELECT count(*) FROM {spec.view} {filt}").fetchone()[0]
-    except (duckdb.BinderException, duckdb.ParserException, duckdb.ConversionException) as exc:
-        # a bad expression surfaces here, from DuckDB's binder
-        raise ExportError(f"cannot read kind {spec.name} with --where {expr!r}: {exc}; "
-                          f"fix the expression (filter columns: {', '.join(spec.filters)})") from exc
-    except duckdb.OutOfMemoryException as exc:
-        raise ExportError(f"kind {spec.name} ran out of memory ({exc}); raise SHOPSIM_WH_EXPORT_MEMORY or export "
-                          "fewer runs at a time (--runs)") from exc
-    n_shards = max(1, math.ceil(total / shard_rows))
+
+def _reads(sql: str) -> set[str]:
+    """The export_* views ``sql`` names (comments aside), transitively through the views of sql/exports."""
+    import re
+
+    from ..db import sql_dir
+
+    def code(text: str) -> str:
+        return re.sub(r"--[^\n]*", "", text)
+
+    views = {}
+    for f in sorted((sql_dir() / "exports").glob("*.sql")):
+        for stmt in code(f.read_text()).split(";"):
+            m = re.search(r"CREATE OR REPLACE (?:TEMP )?(?:VIEW|TABLE) (export_\w+)", stmt)
+            if m:
+                views[m.group(1)] = stmt
+    seen: set[str] = set()
+    todo = set(re.findall(r"\bexport_\w+", code(sql)))
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo |= set(re.findall(r"\bexport_\w+", views.get(name, "")))
+    return seen
+
+
+def prepare(con, spec: Kind, blocks: Sequence[str]) -> None:
+    """Materialize ``blocks`` and, for a kind with ``-- decisions: VIEW``, restrict export_decisions to the
+    decisions VIEW lists (on the connection's current scope / batch)."""
+    _materialize(con, blocks)
+    if spec.decisions:
+        con.execute("SET VARIABLE export_decisions_subset = false")
+        con.execute("CREATE OR REPLACE TEMP TABLE export_decisions_wanted AS "
+                    f"SELECT DISTINCT run_id, episode_id, agent_id, step_idx FROM {spec.decisions}")
+        con.execute("SET VARIABLE export_decisions_subset = true")
+
+
+def _columns(con, spec) -> list[str]:
     described = con.execute(f"DESCRIBE SELECT * FROM {spec.view}").fetchall()
-    columns = [r[0] for r in described]
     opaque = [f"{r[0]} ({r[1]})" for r in described if r[1] in ("HUGEINT", "UHUGEINT", "UUID")]
     if opaque:
         raise ExportError(f"kind {spec.name} has column(s) {', '.join(opaque)} Arrow cannot carry plainly; "
                           f"cast them (e.g. CAST(sum(x) AS BIGINT)) in {spec.path}")
+    columns = [r[0] for r in described]
     missing = {"sample_id", "run_id", "episode_id", "task_id"} - set(columns)
     if missing:
         raise ExportError(f"kind {spec.name} ({spec.path}) lacks the lineage column(s) {sorted(missing)}; add them to its view")
+    return columns
+
+
+def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, memory) -> list[Path]:
+    """Phase 1 (see batches.py): the kind's rows, one spill file per batch of episodes."""
+    import duckdb
+
+    n_batches = batches.plan(con, spec, batches.batch_episodes())
+    if n_batches > 1:
+        batches.shadow(con, ident(con.execute("SELECT current_database()").fetchone()[0]), spill, memory)
+    query = batches.compute_sql(spec, expr, format, columns)
+    files = []
+    for b in range(n_batches):
+        if n_batches > 1:
+            batches.select_batch(con, spill, b)
+        prepare(con, spec, blocks)
+        path = spill / f"batch-{b:05d}.parquet"
+        try:
+            batches.spill_batch(con, spec, query, path, format, params)
+        except (duckdb.BinderException, duckdb.ParserException, duckdb.ConversionException) as exc:
+            # a bad expression surfaces here, from DuckDB's binder
+            raise ExportError(f"cannot read kind {spec.name} with --where {expr!r}: {exc}; "
+                              f"fix the expression (filter columns: {', '.join(spec.filters)})") from exc
+        except duckdb.OutOfMemoryException as exc:
+            raise ExportError(f"kind {spec.name} ran out of memory ({exc}); raise SHOPSIM_WH_EXPORT_MEMORY, lower "
+                              "SHOPSIM_WH_EXPORT_BATCH_EPISODES or export fewer runs at a time (--runs)") from exc
+        files.append(path)
+    batches.unshadow(con)
+    for name in blocks:
+        con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
+    return files
+
+
+def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot,
+         root, blocks, progress, t0) -> ExportResult:
+    memory = _memory_config("")["memory_limit"] if root is not None else None  # ours: the configured cap
+    columns = _columns(con, spec)
+    files = _compute(con, spec, spill, format, expr, params, blocks, columns, memory)
+    total, bounds = batches.count(con, files)
+    n_shards = max(1, math.ceil(total / shard_rows))
     out.mkdir(parents=True, exist_ok=True)
     con.execute("SET arrow_lossless_conversion = true")  # JSON leaves as arrow.json -> Parquet JSON logical type
-    if spec.record:
-        from .records import record_batches
-
-        reader = record_batches(con, build_query(spec, expr, n_shards, "parquet", columns), spec.record, format,
-                                reasoning=bool(params["export_include_reasoning"]),
-                                persona=bool(params["export_include_persona"]))
-        columns = [n for n in reader.schema.names if not n.startswith("__")]
-    else:
-        reader = con.sql(build_query(spec, expr, n_shards, format, columns)).to_arrow_reader(BATCH_ROWS)
+    reader = batches.ordered_reader(con, files, n_shards, bounds, BATCH_ROWS)
+    columns = [n for n in reader.schema.names if not n.startswith("__")]
     done = 0
 
     def tick(n: int) -> None:

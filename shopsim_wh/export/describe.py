@@ -151,8 +151,15 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
   `decontamination` says which splits were exported, whether the export is train-only, and lists any val/test
   task (of each shop run's split manifest, matched by hash) found in it; `clean` is true for a train-only
   export with none.
-- **Exact duplicates** of the kind's sample columns are removed (the row with the smallest `sample_id` stays)
-  and counted.
+- **Exact duplicates** of the kind's sample columns are removed across the whole export (the row with the
+  smallest `sample_id` stays) and counted.
+- **Bounded memory, one evaluation**: the kind is computed once, per batch of about 500 episodes
+  (`SHOPSIM_WH_EXPORT_BATCH_EPISODES`; episodes by md5 of their id, or whole tasks for the kinds that compare
+  the rollouts of a task: `preference`, `prm`), each batch's rows going to a spill file sorted by `sample_id`
+  in a private temporary directory (removed afterwards). The rows are then counted (which sizes the shards),
+  read back in `sample_id` order a few thousand rows at a time, and routed to their shards. The shards do not
+  depend on the batch size (tested), and peak memory follows the batch, not the warehouse.
+  `SHOPSIM_WH_EXPORT_MEMORY` (e.g. `2GB`) caps DuckDB's memory.
 
 ## Selection rules
 
@@ -202,7 +209,9 @@ writers for the episodes the kind's view selects, 500 episodes per query set on 
 conversation as OpenAI message JSON, privacy applied), `export_step_tools` (tools offered per decision) and
 `export_decisions` (one row per decision with its reconstructed `prompt`, `completion`, `observation`, `tools`
 and token estimates). A kind is one `sql/exports/<kind>.sql` whose header (`-- export:`, `grain:`, `trl:`,
-`sample:`, `filters:`, `default-where:`, `description:`, optional `params:`, `materialize:`, `record:`) the
+`sample:`, `filters:`, `default-where:`, `description:`, optional `params:`, `materialize:`, `record:`,
+`batch:` (`task` keeps a task's episodes in one batch), `decisions:` (a view listing the only decisions whose
+context `export_decisions` computes for the kind: `preference` needs its pairs' decisions only)) the
 registry reads. `connect()` does not install this layer (its view stacks are slow to bind);
 `shopsim_wh.db.install_exports(con)` adds it to a connection for queries by hand.
 """

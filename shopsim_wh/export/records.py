@@ -78,8 +78,10 @@ def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool =
                 for ep in load_episodes(con, run_id, episode_ids=ids):
                     last[ep.eid] = ep  # attempts arrive in order: the last one stays, as the episodes view keeps
                 for eid, ep in last.items():
-                    records[(run_id, eid)] = orjson.dumps(scrub(to_record(ep), reasoning, persona),
-                                                          option=orjson.OPT_NON_STR_KEYS).decode()
+                    rec = to_record(ep)
+                    if not (reasoning and persona):  # both included: nothing to scrub
+                        rec = scrub(rec, reasoning, persona)
+                    records[(run_id, eid)] = orjson.dumps(rec, option=orjson.OPT_NON_STR_KEYS).decode()
             cols = {f.name: [] for f in schema}
             for r in chunk:
                 text = records[(r["run_id"], r["episode_id"])]

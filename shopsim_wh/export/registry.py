@@ -16,7 +16,9 @@ and creates the view ``export_<kind with - as _>``. Optional keys: ``trl`` ("-" 
 ``params`` (the DuckDB variables the view reads), ``materialize`` (building-block views the kind reads more than once,
 computed once into TEMP tables; ``export_messages``, ``export_episodes`` and ``export_step_tools`` always are),
 ``record`` (a record kind: the view selects episodes and shopsim_wh/export/records.py writes each as one
-``shopsimrl-v4`` or ``atif`` record). Files named ``00_*`` are shared building blocks, not kinds.
+``shopsimrl-v4`` or ``atif`` record), ``batch`` (``task`` for a kind that compares the rollouts of a task, so a
+batch of the bounded-memory evaluation keeps a task's episodes together; default ``episode``; see batches.py), ``decisions`` (a view listing the decisions the kind reads from
+``export_decisions``: only those get their context computed). Files named ``00_*`` are shared building blocks, not kinds.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Kind:
     params: tuple[str, ...] = ()
     materialize: tuple[str, ...] = ()
     record: str | None = None
+    batch: str = "episode"  # what a batch of the bounded-memory evaluation keeps together: episode or task
+    decisions: str | None = None  # a view listing the only decisions export_decisions computes for this kind
     path: Path = field(default=Path(), compare=False)
     sql: str = field(default="", repr=False, compare=False)
 
@@ -86,7 +90,14 @@ def parse_kind(path: Path) -> Kind:
         filters=_split(meta["filters"]), trl=meta.get("trl", "-") or "-",
         default_where=meta.get("default-where") or None, line=meta.get("line") or None,
         params=_split(meta.get("params", "")), materialize=_split(meta.get("materialize", "")),
-        record=meta.get("record") or None, path=path, sql=text)
+        record=meta.get("record") or None, batch=_batch(path, meta.get("batch") or "episode"),
+        decisions=meta.get("decisions") or None, path=path, sql=text)
+
+
+def _batch(path: Path, value: str) -> str:
+    if value not in ("episode", "task"):
+        raise ExportError(f"{path}: `-- batch: {value}` must be episode or task (what a batch keeps together)")
+    return value
 
 
 @functools.lru_cache(maxsize=4)

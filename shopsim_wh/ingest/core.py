@@ -177,7 +177,7 @@ def _existing_runs(wh: Warehouse) -> tuple[dict[str, str], dict[str, list[str]]]
     by_hash: dict[str, str] = {}
     by_file: dict[str, list[str]] = {}
     for e in wh.snapshot().files("runs"):
-        t = pq.read_table(wh.abspath(e), columns=["source_hash", "source_file"])
+        t = pq.read_table(wh.open_input(e), columns=["source_hash", "source_file"])
         for h, f in zip(t.column("source_hash").to_pylist(), t.column("source_file").to_pylist(), strict=True):
             if h:
                 by_hash[h] = e.run_id

@@ -54,12 +54,14 @@ def scratch(fallback: Path) -> Iterator[Path]:
 
 
 def write_job(path: str | os.PathLike, name: str = "durability", episodes: int = 2, concurrency: int = 1,
-              latency_ms: int = 0) -> Path:
-    """A runner config for the embedded servers (scripted policy, deterministic per seed). ``latency_ms`` makes
-    every model answer take that long (the scripted policy's latency knob), so a test can act mid-run."""
+              latency_ms: int = 0, repeats: int = 1) -> Path:
+    """A runner config for the embedded servers (scripted policy, deterministic per seed): ``episodes`` tasks of
+    the val split, ``repeats`` samples each. ``latency_ms`` makes every model answer take that long (the scripted
+    policy's latency knob), so a test can act mid-run."""
     doc = json.loads(json.dumps(TINY_JOB))
     doc["experiment"]["name"] = name
     doc["tasks"]["sample_size"] = episodes
+    doc["tasks"]["repeats"] = repeats
     doc["runtime"]["concurrency"] = concurrency
     if latency_ms:
         doc["model"]["extra_body"] = {"scripted_policy": {"latency_ms": latency_ms}}
@@ -228,7 +230,7 @@ class StormResult:
 
 
 def kill_storm(config: Path, warehouse: Path, kills: int, seed: int, max_delay_s: float | None = None,
-               env: dict | None = None) -> StormResult:
+               env: dict | None = None, progress: Callable[[StormResult], None] | None = None) -> StormResult:
     """Start the job, SIGKILL it after a seeded random delay, check, start it again (the resume is killed
     too), ``kills`` times; then let it finish and check against the plan. The delays are drawn from
     (0.02 s, ``max_delay_s``); by default 0.8 x the time one uninterrupted job takes here (measured first on a
@@ -251,6 +253,8 @@ def kill_storm(config: Path, warehouse: Path, kills: int, seed: int, max_delay_s
             raise RuntimeError(f"the job failed (exit {code}) instead of being killed; see its traceback above")
         res.resumes += 1
         res.reports.append(check(warehouse, config))
+        if progress:
+            progress(res)
         if code == 0 and not res.reports[-1].missing:
             break  # the job finished before the next kill
     code = fork_call(lambda: run_job(config, warehouse), env)

@@ -20,15 +20,22 @@
 --   source_format, split, experiment, task_id
 -- Privacy: reasoning_content (completion from steps.reasoning, prompt from messages) only with
 -- getvariable('export_include_reasoning'); persona per export_messages; nothing derived from the private goal.
+-- With getvariable('export_decisions_subset') true, only the decisions of TEMP TABLE export_decisions_wanted.
 -- DuckDB-specific: getvariable, JSON[] lists, window over a range join.
 CREATE OR REPLACE VIEW export_decisions AS
-WITH decisions AS (
-    SELECT
-        s.run_id, s.episode_id, s.agent_id, s.step_idx, s.seq, s.page, s.content, s.reasoning, s.protocol_error,
-        s.policy_failure, s.finish_reason, s.model,
-        s.step_idx = max(s.step_idx) OVER (PARTITION BY s.run_id, s.episode_id, s.agent_id) AS is_last_turn
-    FROM steps AS s
-    WHERE s.run_id IN (SELECT run_id FROM export_scope)
+WITH decisions AS (  -- every decision, or (export_decisions_subset) only those of export_decisions_wanted
+    SELECT *
+    FROM (
+        SELECT
+            s.run_id, s.episode_id, s.agent_id, s.step_idx, s.seq, s.page, s.content, s.reasoning, s.protocol_error,
+            s.policy_failure, s.finish_reason, s.model,
+            s.step_idx = max(s.step_idx) OVER (PARTITION BY s.run_id, s.episode_id, s.agent_id) AS is_last_turn
+        FROM steps AS s
+        WHERE s.run_id IN (SELECT run_id FROM export_scope)
+    ) AS a
+    WHERE NOT coalesce(getvariable('export_decisions_subset'), false)
+        OR (a.run_id, a.episode_id, a.agent_id, a.step_idx) IN (
+            SELECT (w.run_id, w.episode_id, w.agent_id, w.step_idx) FROM export_decisions_wanted AS w)
 ),
 
 prefix AS (

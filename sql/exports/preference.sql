@@ -5,6 +5,9 @@
 -- filters: level, margin, chosen_value, rejected_value, chosen_n, rejected_n, agent_role, source_format, import_fidelity, est_tokens
 -- description: preference pairs (DPO and the like): a better vs a worse rollout of the same task (trajectory level) and a better vs a worse action from the same state (step level), with the margin
 -- params: export_min_margin, export_min_step_margin, export_max_pairs, export_window, export_max_tokens
+-- batch: task
+-- materialize: export_rl_states, export_preference_pairs
+-- decisions: export_preference_needed
 --
 -- Shape: TRL's conversational preference type with the shared prompt in its own column (`prompt`; TRL also
 -- reads the variant that folds it into chosen/rejected): prompt JSON[] the shared messages, chosen / rejected
@@ -29,7 +32,10 @@
 -- margin = chosen_value - rejected_value (rewards at trajectory level, MC values at step level); chosen_n /
 -- rejected_n = the rollouts behind each value (1 at trajectory level).
 -- DuckDB-specific: getvariable, list(... ORDER BY ...), MATERIALIZED CTEs, JSON[].
-CREATE OR REPLACE VIEW export_preference AS
+-- Built in three views so that the export framework can compute the pairs once and the contexts of their
+-- decisions only: export_preference_pairs (the pairs), export_preference_needed (the decisions whose messages
+-- the pairs show; `-- decisions:` above makes export_decisions compute only those), export_preference (rows).
+CREATE OR REPLACE VIEW export_preference_pairs AS
 WITH params AS (
     SELECT
         CAST(coalesce(getvariable('export_min_margin'), 0.5) AS DOUBLE) AS min_margin,
@@ -98,19 +104,30 @@ step_pairs AS (
     WHERE c.value - r.value >= p.min_step_margin AND c.best_rank <= p.max_pairs
 ),
 
--- messages ---------------------------------------------------------------------------------------------------
-pairs AS MATERIALIZED (
+pairs AS (
     SELECT * FROM trajectory_pairs
     UNION ALL
     SELECT * FROM step_pairs
+)
+
+SELECT * FROM pairs;
+
+-- grain: one row per decision whose messages a pair shows. key: (run_id, episode_id, agent_id, step_idx)
+CREATE OR REPLACE VIEW export_preference_needed AS
+SELECT run_id, episode_id, agent_id, step_idx FROM export_preference_pairs WHERE level = 'step'
+UNION
+SELECT rejected_run_id, rejected_episode_id, agent_id, rejected_step_idx FROM export_preference_pairs WHERE level = 'step'
+UNION
+SELECT run_id, episode_id, agent_id, 0 FROM export_preference_pairs WHERE level = 'trajectory';
+
+-- messages ---------------------------------------------------------------------------------------------------
+CREATE OR REPLACE VIEW export_preference AS
+WITH pairs AS (
+    SELECT * FROM export_preference_pairs
 ),
 
 needed AS (
-    SELECT run_id, episode_id, agent_id, step_idx FROM pairs WHERE level = 'step'
-    UNION
-    SELECT rejected_run_id, rejected_episode_id, agent_id, rejected_step_idx FROM pairs WHERE level = 'step'
-    UNION
-    SELECT run_id, episode_id, agent_id, 0 FROM pairs WHERE level = 'trajectory'
+    SELECT * FROM export_preference_needed
 ),
 
 decisions AS MATERIALIZED (

@@ -5,6 +5,7 @@
 -- filters: status, reward, r_success, import_fidelity, source_format, agent_role, est_tokens, n_steps
 -- description: process-reward data: one label per step from the error taxonomy's rules, else from a Monte-Carlo value (mean final reward of the rollouts sharing the state prefix and the step's action)
 -- params: export_prm_threshold
+-- batch: task
 --
 -- Columns
 --   prompt         JSON[] the agent's global prefix (system prompt, task, first observation)

@@ -1,0 +1,30 @@
+"""One invocation of an experiment at a time (see :func:`experiment_lock`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from .fsio import held_flock
+from .storage import is_url
+from .warehouse import Warehouse
+
+
+@contextmanager
+def experiment_lock(wh: Warehouse, run_id: str) -> Iterator[None]:
+    """One invocation of an experiment at a time, local or Ray: a Ray driver does not hold the warehouse lock
+    while its workers run, so the experiment is locked for the whole invocation (``_catalog/run-<id>.lock``, an
+    flock the kernel drops when its holder dies; the same wait as the warehouse lock). On object storage
+    (``scheme://`` roots: no flock) this lock is not taken."""
+    if is_url(wh.root):
+        yield
+        return
+    wh.catalog_dir.mkdir(parents=True, exist_ok=True)
+
+    def refusal(holder: str) -> str:
+        return (f"experiment {run_id!r} is being run by another process ({holder}) on {wh.root}; "
+                "wait for it to finish (it resumes nothing twice), or use another experiment.name")
+    timeout_s = float(os.environ.get("SHOPSIM_WH_LOCK_TIMEOUT_S") or 30)
+    with held_flock(wh.catalog_dir / f"run-{run_id}.lock", timeout_s, refusal, f"pid {os.getpid()} on {os.uname().nodename}"):
+        yield
