@@ -16,6 +16,9 @@ whatever reads them) and returns what it created. pyspark and sqlglot are import
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,26 +27,18 @@ from .errors import WarehouseError
 from .schema import PARTITION_KEY, TABLES
 
 # view -> why it is not created on Spark (the list can only shrink: tests/test_spark.py asserts it exactly)
-UNSUPPORTED: dict[str, str] = {
-    "export_sft_reasoning": "json_merge_patch (adds reasoning_content to the action's message object) has no Spark "
-                            "SQL form: Spark has no JSON object merge, and text surgery would not be a merge patch",
-}
+UNSUPPORTED: dict[str, str] = {}
 
 # view -> why it is created on Spark but its rows are not yet DuckDB's (tests/test_spark.py asserts they still
 # differ, so the list can only shrink)
-NOT_EQUAL: dict[str, str] = {
-    "export_rl_states": "its opaque keys prefix_key / state_key are md5s of text that holds the tool-call list "
-                        "json_extract(message, '$.tool_calls[*].function'), which Spark's get_json_object spells "
-                        "differently from DuckDB's JSON list; the groups they define are the same",
-    "export_preference": "reads export_rl_states' keys (its sample ids hash them); on the 2-core test machine its "
-                         "plan also ran out of broadcast memory before broadcast joins were turned off",
-}
+NOT_EQUAL: dict[str, str] = {}
 
 # export parameters (DuckDB variables) and their Spark session-variable types
 EXPORT_VARIABLES = {
     "export_window": "BIGINT", "export_max_tokens": "BIGINT", "export_include_reasoning": "BOOLEAN",
     "export_include_persona": "BOOLEAN", "export_gamma": "DOUBLE", "export_min_margin": "DOUBLE",
     "export_min_step_margin": "DOUBLE", "export_max_pairs": "BIGINT", "export_prm_threshold": "DOUBLE",
+    "export_decisions_subset": "BOOLEAN",
 }
 
 
@@ -86,8 +81,6 @@ def staging_frames(spark, root, snap=None) -> dict:
 def staging_ddl(root, snap=None) -> list[str]:
     """The ``stg_`` views as Spark SQL DDL (for ``shopsim-wh spark-views``): one temporary view per table over
     the snapshot's exact file list (the ``paths`` option, a JSON list) with ``basePath`` for ``run_id``."""
-    import json
-
     from .warehouse import Warehouse
 
     wh = Warehouse(root)
@@ -122,19 +115,57 @@ class Registered:
 
 def view_statements(exports: bool = False) -> list[tuple[str, str, str]]:
     """(file, view name, Spark SELECT) for every shipped view in dependency order (macros are inlined, so they
-    have no statement of their own)."""
-    from .db import LAYERS, ON_DEMAND_LAYERS, ordered_sql, sql_dir
-    from .spark_sql import Translator
+    have no statement of their own). The translation is a pure function of the SQL text, the translator and
+    sqlglot: computed once per process and kept in a file cache across processes (:func:`_cache_dir`)."""
+    return list(_statements(bool(exports)))
 
-    tr = Translator()
+
+@functools.lru_cache(maxsize=2)
+def _statements(exports: bool) -> tuple[tuple[str, str, str], ...]:
+    from .db import LAYERS, ON_DEMAND_LAYERS, ordered_sql, sql_dir
+
     files = [(n, t) for n, t in ordered_sql(str(sql_dir()))
              if n.split("/")[0] in LAYERS and (exports or n.split("/")[0] not in ON_DEMAND_LAYERS)]
-    tr.learn_macros([t for _, t in files])
-    return [(name, view, sql) for name, text in files for view, sql in tr.file(text)]
+    path = _cache_file(files, exports)
+    try:
+        return tuple(tuple(x) for x in json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        pass
+    tr = translator()
+    out = tuple((name, view, sql) for name, text in files for view, sql in tr.file(text))
+    try:  # a cache that cannot be written (read-only home) only costs the translation next time
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(out), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return out
 
 
-def translator():
-    """A translator that knows every shipped macro (for user queries: `sql --engine spark`)."""
+def _cache_dir() -> Path:
+    """``SHOPSIM_WH_CACHE_DIR``, else ``$XDG_CACHE_HOME/shopsim-wh`` (``~/.cache/shopsim-wh``)."""
+    if os.environ.get("SHOPSIM_WH_CACHE_DIR"):
+        return Path(os.environ["SHOPSIM_WH_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "shopsim-wh"
+
+
+def _cache_file(files: list[tuple[str, str]], exports: bool) -> Path:
+    """The cache file of a translation: named by the sha256 of everything it depends on (the SQL files, the
+    translator's source, sqlglot's version), so a changed input never reads a stale translation."""
+    import sqlglot
+
+    from . import spark_sql
+
+    h = hashlib.sha256(f"{sqlglot.__version__}\0{exports}\0".encode())
+    h.update(Path(spark_sql.__file__).read_bytes())
+    for name, text in files:
+        h.update(f"\0{name}\0{text}".encode())
+    return _cache_dir() / f"spark-views-{h.hexdigest()[:24]}.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _translator():
     from .db import ordered_sql, sql_dir
     from .spark_sql import Translator
 
@@ -143,19 +174,44 @@ def translator():
     return tr
 
 
+def translator():
+    """A translator that knows every shipped macro (for user queries: `sql --engine spark`); one per process."""
+    return _translator()
+
+
+def needed(names, exports: bool = True) -> set[str]:
+    """The shipped views that ``names`` (view names, or the text of a query) read, transitively, themselves
+    included: what :func:`register` creates with ``only=``."""
+    import re
+
+    by_view = {v: set(re.findall(r"\w+", sql)) for _, v, sql in view_statements(exports)}
+    todo = set(re.findall(r"\w+", names)) if isinstance(names, str) else set(names)
+    out: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in by_view and name not in out:
+            out.add(name)
+            todo |= by_view[name] & by_view.keys()
+    return out
+
+
 def variable_ddl() -> list[str]:
     return [f"DECLARE OR REPLACE VARIABLE {n} {t} DEFAULT NULL" for n, t in EXPORT_VARIABLES.items()]
 
 
-def register(spark, warehouse, exports: bool = True, snap=None, materialize: tuple[str, ...] = (), *,
-             base: bool = True, scope: list[str] | None = None, variables: dict | None = None) -> Registered:
+def register(spark, warehouse, exports: bool = True, snap=None, materialize: tuple[str, ...] | bool = (), *,
+             base: bool = True, scope: list[str] | None = None, variables: dict | None = None,
+             only=None) -> Registered:
     """Create the ``stg_`` views of the warehouse's current snapshot (or ``snap``) and every translated view in
     ``spark``; returns the views created and those skipped (with the reason).
 
-    ``materialize``: views computed once (``localCheckpoint``) when created, as DuckDB's export computes its
-    building blocks into TEMP tables; the views above them then analyse a leaf instead of the whole stack below
-    (on a deep stack such as the exports' this is most of Spark's planning time). ``base=False`` creates only the
-    exports layer (over views created before); ``scope`` (run ids) replaces the default ``export_scope`` and
+    ``only``: create just the views these names (or this query text) read, transitively (:func:`needed`):
+    a query or an export registers what it needs, not the ~100 views. ``materialize``: views computed once
+    (``localCheckpoint``) when created, as DuckDB's export computes its building blocks into TEMP tables; the
+    views above them then analyse a leaf instead of the whole stack below (on a deep stack such as the exports'
+    this is most of Spark's planning time); ``True`` materializes every view, in dependency order (each view
+    then runs over its dependencies' rows: what the parity tests do). ``base=False`` creates only the exports
+    layer (over views created before); ``scope`` (run ids) replaces the default ``export_scope`` and
     ``variables`` sets the export parameters (session variables) first: a view keeps the plan it was created
     with, so both must be in place before the exports layer is."""
     root = Path(warehouse)
@@ -171,7 +227,9 @@ def register(spark, warehouse, exports: bool = True, snap=None, materialize: tup
             spark.sql(f"SET VAR {name} = :value", args={"value": value}) if value is not None else \
                 spark.sql(f"SET VAR {name} = NULL")
     out = Registered()
-    pending = [(f, v, q) for f, v, q in view_statements(exports) if base or f.startswith("exports/")]
+    wanted = needed(only, exports) if only is not None else None
+    pending = [(f, v, q) for f, v, q in view_statements(exports) if (base or f.startswith("exports/"))
+               and (wanted is None or v in wanted)]
     while pending:  # file order is a sort on names found in the text; a retry covers what it misses (as on DuckDB)
         missing = []
         for file, view, sql in pending:
@@ -188,7 +246,7 @@ def register(spark, warehouse, exports: bool = True, snap=None, materialize: tup
                     df = spark.createDataFrame([(r,) for r in scope], "run_id STRING")
                 else:
                     df = spark.sql(sql)
-                if view in materialize:
+                if materialize is True or view in (materialize or ()):
                     df = df.localCheckpoint()
                 df.createOrReplaceTempView(view)
             except Exception as exc:  # noqa: BLE001 - the analyzer's reason is reported per view
@@ -200,6 +258,8 @@ def register(spark, warehouse, exports: bool = True, snap=None, materialize: tup
                 continue
             out.views.append(view)
         if len(missing) == len(pending):
+            for _, view, _ in missing:
+                out.skipped[view] = "Spark: TABLE_OR_VIEW_NOT_FOUND (it reads a view that is not created)"
             break
         pending = missing
     return out
@@ -211,9 +271,17 @@ def _names(sql: str, name: str) -> bool:
     return re.search(rf"(?<![\w.`]){re.escape(name)}(?![\w`])", sql) is not None
 
 
-def session(app: str = "shopsim-wh", master: str | None = None):
+# the local session for small data (tests, a laptop's warehouse): a query over a few thousand rows spends its time
+# compiling generated code and planning adaptive stages, not computing; measured on the test warehouse (16 views,
+# materialized, 2 loaded cores): 32 s with these settings against 54 s with Spark's defaults
+SMALL_DATA = {"spark.sql.adaptive.enabled": "false", "spark.sql.codegen.wholeStage": "false",
+              "spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.shuffle.partitions": "1"}
+
+
+def session(app: str = "shopsim-wh", master: str | None = None, small_data: bool = False):
     """A local SparkSession for the CLI (``local[2]``, 2 shuffle partitions, UI off, UTC) unless ``SPARK_REMOTE``
-    or ``master`` names a cluster."""
+    or ``master`` names a cluster; ``small_data`` (or ``SHOPSIM_WH_SPARK_SMALL=1``): interpreted expressions, no
+    adaptive planning, one shuffle partition (:data:`SMALL_DATA`)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
@@ -222,8 +290,12 @@ def session(app: str = "shopsim-wh", master: str | None = None):
     if master or not os.environ.get("SPARK_REMOTE"):
         b = b.master(master or os.environ.get("SHOPSIM_WH_SPARK_MASTER", "local[2]"))
     spark = (b.config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g")
-             .config("spark.sql.autoBroadcastJoinThreshold", "-1")  # the exports' wide plans broadcast too much.config("spark.ui.enabled", "false")
+             .config("spark.sql.autoBroadcastJoinThreshold", "-1")  # the exports' wide plans broadcast too much
+             .config("spark.ui.enabled", "false")
              .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    if small_data or os.environ.get("SHOPSIM_WH_SPARK_SMALL") == "1":
+        for key, value in SMALL_DATA.items():
+            spark.conf.set(key, value)
     spark.sparkContext.setLogLevel("ERROR")
     import logging
 

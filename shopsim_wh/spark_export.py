@@ -14,7 +14,11 @@ Record kinds (``shopsimrl-v4``, ``atif``) are assembled per episode in Python fr
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,11 +91,12 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
     import duckdb
     import pyarrow as pa
 
-    from .export.core import BATCH_ROWS, FORMATS, ExportResult, _manifest, build_query
+    from .export import batches
+    from .export.core import BATCH_ROWS, FORMATS, ExportResult, _manifest, blocks_of
     from .export.scope import select_runs, where_clause
     from .export.writer import publish, write_shards
-    from .spark import register, session
-    from .spark_sql import Translator, oracle
+    from .spark import needed, register, session
+    from .spark_sql import oracle
     from .warehouse import Warehouse
 
     t0 = time.perf_counter()
@@ -111,8 +116,12 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
     root = str(Path(warehouse).resolve())
     snap = Warehouse(root).snapshot()
     spark = spark or session()
-    register(spark, root, exports=False, snap=snap)
-    tr = Translator()
+    blocks = ("export_episodes", "export_messages", "export_step_tools", *blocks_of(spec))
+    wanted = needed([spec.view, *blocks, "runs", "episodes"])  # only what the kind reads is created
+    register(spark, root, exports=False, snap=snap, only=wanted)
+    from .spark import translator
+
+    tr = translator()
     chooser = _SparkRuns(spark, tr)
     selected = select_runs(chooser, runs, experiment, allow_test)
     expr, is_default = where_clause(oracle(), spec, where)
@@ -120,7 +129,7 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
               "export_include_reasoning": bool(include_reasoning), "export_include_persona": bool(include_persona),
               "export_gamma": float(gamma), "export_min_margin": min_margin, "export_min_step_margin": min_step_margin}
     reg = register(spark, root, exports=True, snap=snap, base=False, scope=chooser.scope, variables=params,
-                   materialize=("export_episodes", "export_messages", "export_step_tools", *spec.materialize))
+                   materialize=blocks, only=wanted)
     if spec.view not in reg.views:
         raise ExportError(f"kind {spec.name} does not run on Spark: {reg.skipped.get(spec.view, 'not translated')}")
     query = tr.query(f"SELECT * FROM {spec.view}" + (f" WHERE ({expr})" if expr else ""))
@@ -131,37 +140,41 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
                           f"fix the expression (filter columns: {', '.join(spec.filters)})") from exc
     schema = _duckdb_schema(spec.view)
     table = pa.table([_conform(table.column(f.name), f.type) for f in schema], schema=schema)
-    total = table.num_rows
-    n_shards = max(1, math.ceil(total / shard_rows))
     columns = schema.names
     out.mkdir(parents=True, exist_ok=True)
+    spill = Path(tempfile.mkdtemp(prefix="shopsim-wh-export-"))
     con = duckdb.connect()
-    con.register(spec.view, table)
-    con.execute("SET arrow_lossless_conversion = true")
-    reader = con.sql(build_query(spec, None, n_shards, format, columns)).to_arrow_reader(BATCH_ROWS)
-    done = 0
+    try:  # the DuckDB exporter's phases 2 and 3 (batches.py) over the rows Spark computed, as one batch
+        con.register(spec.view, table)
+        con.execute("SET arrow_lossless_conversion = true")
+        files = [spill / "batch-00000.parquet"]
+        batches.spill_batch(con, spec, batches.compute_sql(spec, None, format, columns), files[0], format, params)
+        total, bounds = batches.count(con, files)
+        n_shards = max(1, math.ceil(total / shard_rows))
+        reader = batches.ordered_reader(con, files, n_shards, bounds, BATCH_ROWS)
+        done = 0
 
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress:
-            progress(done, total)
+        def tick(n: int) -> None:
+            nonlocal done
+            done += n
+            if progress:
+                progress(done, total)
 
-    try:
-        stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
-    except BaseException:
-        for tmp in out.glob(".tmp-*"):
-            tmp.unlink()
-        raise
+        try:
+            stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
+        except BaseException:
+            for tmp in out.glob(".tmp-*"):
+                tmp.unlink()
+            raise
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
     if "split" not in columns:
         stats.splits = _splits(spark, stats.tasks)
     publish(out, stats)
     manifest = _manifest(spec, format, root, snap.version, selected, runs, experiment, expr, is_default, params,
                          n_shards, shard_rows, total, stats, columns)
     manifest["engine"] = "spark"
-    import json
-    import os
-
     mpath, tmp = out / "manifest.json", out / ".tmp-manifest.json"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     os.replace(tmp, mpath)

@@ -14,6 +14,7 @@ The docs table (docs/scale.md "Views on Spark") lists each construct with its Sp
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator
 
@@ -27,6 +28,7 @@ class Translator:
     def __init__(self, columns_of: Callable[[str], list[str] | None] | None = None):
         self.macros: dict[str, tuple[list[str], exp.Expression, bool]] = {}
         self.columns_of = columns_of
+        self._inlined = itertools.count(1)
 
     # ------------------------------------------------------------------------------------------ statements
     def file(self, text: str) -> Iterator[tuple[str, str]]:
@@ -65,6 +67,12 @@ class Translator:
             body = self.rewrite(stmt.expression.copy())
             self.macros[udf.this.name.lower()] = (params, body, isinstance(body, exp.Query))
             return None
+        if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() == "TABLE" \
+                and isinstance(stmt.this, exp.Schema) and stmt.expression is None:
+            # CREATE TEMP TABLE t (c T, ...): an empty relation of those columns (filled by the exporter)
+            cols = [exp.alias_(exp.Cast(this=exp.Null(), to=_spark_type(c.args["kind"])), c.name)
+                    for c in stmt.this.expressions]
+            return stmt.this.this.name, exp.select(*cols).where(exp.false()).sql(dialect="spark")
         if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() in ("VIEW", "TABLE"):
             name = stmt.this.name
             body = self.rewrite(stmt.expression.copy())
@@ -129,7 +137,7 @@ class Translator:
             return q.args["joins"][0].this
         if name not in self.macros:
             return node
-        sub = self._inline(name, node.this.expressions)
+        sub = _rename_ctes(self._inline(name, node.this.expressions), f"__{name}{next(self._inlined)}")
         return exp.Subquery(this=sub, alias=exp.TableAlias(this=exp.to_identifier(node.alias or name)))
 
     def _expand_star(self, select: exp.Select) -> exp.Expression:
@@ -154,6 +162,23 @@ class Translator:
                 out.set(key, [self.sub(v) for v in val] if isinstance(val, list) else self.sub(val))
         out.set("expressions", exprs)
         return out
+
+
+def _rename_ctes(query: exp.Expression, suffix: str) -> exp.Expression:
+    """The CTEs of an inlined table macro renamed ``<name><suffix>`` (with every reference): Spark's writer lifts
+    nested CTEs to the statement's WITH, where two macros' ``turns`` or ``final`` would collide
+    (``DUPLICATED_CTE_NAMES``)."""
+    names = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+    if not names:
+        return query
+    for cte in query.find_all(exp.CTE):
+        cte.set("alias", exp.TableAlias(this=exp.to_identifier(cte.alias_or_name + suffix)))
+    for t in query.find_all(exp.Table):
+        if not t.args.get("db") and isinstance(t.this, exp.Identifier) and t.name.lower() in names:
+            if t.args.get("alias") is None:  # columns qualified by the old name keep resolving
+                t.set("alias", exp.TableAlias(this=exp.to_identifier(t.name)))
+            t.set("this", exp.to_identifier(t.name + suffix))
+    return query
 
 
 _ORACLE: list = []
@@ -228,6 +253,21 @@ def _cast(tr: Translator, node: exp.Cast) -> exp.Expression:
     node = node.copy()
     node.set("this", inner)
     node.set("to", _spark_type(node.to))
+    return node
+
+
+@handles("In")
+def _in(tr: Translator, node: exp.In) -> exp.Expression:
+    """``(a, b) IN (SELECT (x, y) FROM t)``: DuckDB compares the row with a one-column row of a row; Spark wants
+    the subquery's columns themselves (``SELECT x, y``)."""
+    query = node.args.get("query")
+    sel = query.this if isinstance(query, exp.Subquery) else query
+    if isinstance(sel, exp.Select) and len(sel.expressions) == 1 and isinstance(sel.expressions[0], exp.Tuple):
+        node = node.copy()
+        sel = (node.args["query"].this if isinstance(node.args["query"], exp.Subquery) else node.args["query"])
+        sel.set("expressions", [e.copy() for e in sel.expressions[0].expressions])
+        node.set("this", tr.sub(node.this))
+        node.set("query", tr.sub(node.args["query"]))
     return node
 
 

@@ -21,11 +21,11 @@ from shopsim_wh.db import LAYERS, sql_dir
 from . import export_fixtures
 from .spark_support import canonical_rows, diff
 
-pytestmark = pytest.mark.skipif(shutil.which("java") is None,
-                                reason="Spark needs a Java runtime (CI: apt-get install openjdk-17-jre-headless)")
+pytestmark = [pytest.mark.skipif(shutil.which("java") is None,
+                                 reason="Spark needs a Java runtime (CI: apt-get install openjdk-17-jre-headless)"),
+              pytest.mark.xdist_group("spark")]  # one JVM and one warehouse: the file runs on one worker
 
 REPO = Path(__file__).resolve().parents[1]
-MATERIALIZED = ("export_episodes", "export_messages", "export_step_tools", "export_decisions")
 
 
 def _views() -> list[str]:
@@ -42,7 +42,25 @@ VIEWS = _views()
 
 
 @pytest.fixture(scope="session")
-def spark_wh(tmp_path_factory) -> Path:
+def cache_dir(tmp_path_factory):
+    """The translation cache of this session (a cold one: the translation is timed as CI pays it)."""
+    import os
+
+    from shopsim_wh import spark
+
+    path = tmp_path_factory.mktemp("spark_cache")
+    old = os.environ.get("SHOPSIM_WH_CACHE_DIR")
+    os.environ["SHOPSIM_WH_CACHE_DIR"] = str(path)
+    spark._statements.cache_clear()
+    yield path
+    if old is None:
+        os.environ.pop("SHOPSIM_WH_CACHE_DIR")
+    else:
+        os.environ["SHOPSIM_WH_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def spark_wh(tmp_path_factory, cache_dir) -> Path:
     from shopsim_wh.analytics.synth import demo_runs, generate
 
     tmp = tmp_path_factory.mktemp("spark_wh")
@@ -56,16 +74,29 @@ def spark_wh(tmp_path_factory) -> Path:
 def spark():
     from shopsim_wh.spark import session
 
-    s = session("shopsim-wh-tests")
+    s = session("shopsim-wh-tests", small_data=True)
     yield s
     s.stop()
 
 
 @pytest.fixture(scope="session")
 def registered(spark, spark_wh):
+    """Every view, each materialized in dependency order: a view runs on Spark over its dependencies' Spark rows
+    (each compared with DuckDB's below), and no plan is the whole stack re-analysed."""
     from shopsim_wh.spark import register
 
-    return register(spark, spark_wh, materialize=MATERIALIZED)
+    return register(spark, spark_wh, materialize=True)
+
+
+def _fresh(spark):
+    """A session of the same Spark context with its own temporary views (an export or a CLI query replaces views
+    of the shared session's materialized ones otherwise)."""
+    from shopsim_wh.spark import SMALL_DATA
+
+    s = spark.newSession()
+    for key, value in SMALL_DATA.items():
+        s.conf.set(key, value)
+    return s
 
 
 @pytest.fixture(scope="session")
@@ -135,6 +166,22 @@ def test_table_macros_inline_in_user_queries(call, registered, spark, duck):
     assert not (msg := diff(d, s, [c[0] for c in rel.description])), msg
 
 
+@pytest.mark.parametrize("macro,last", [("ir_context", 2), ("ir_context_json", 2), ("ir_context_budget", 500)])
+def test_ir_context_macros_inline(macro, last, registered, spark, duck):
+    """The IR context table macros nest other table macros whose CTEs share names (turns, final): inlined with
+    their CTEs renamed."""
+    from shopsim_wh.spark import translator
+
+    run, ep, agent, step = duck.sql("SELECT run_id, episode_id, agent_id, step_idx FROM steps WHERE step_idx >= 3 "
+                                    "ORDER BY run_id, episode_id LIMIT 1").fetchone()
+    call = f"SELECT * FROM {macro}('{run}', '{ep}', '{agent}', {step}, {last})"
+    rel = duck.sql(call)
+    d = canonical_rows(rel.fetchall())
+    s = canonical_rows(spark.sql(translator().query(call)).collect())
+    assert sum(d.values()) > 0
+    assert not (msg := diff(d, s, [c[0] for c in rel.description])), msg
+
+
 def _shards(out: Path) -> tuple[dict, list]:
     manifest = json.loads((out / "manifest.json").read_text())
     rows = []
@@ -147,13 +194,13 @@ def _shards(out: Path) -> tuple[dict, list]:
     return manifest, rows
 
 
-@pytest.mark.parametrize("kind,fmt", [("sft-action", "jsonl"), ("kto", "parquet")])
+@pytest.mark.parametrize("kind,fmt", [("sft-action", "jsonl"), ("preference", "parquet")])
 def test_export_on_spark_writes_the_same_shards(kind, fmt, spark, spark_wh, registered, tmp_path):
     from shopsim_wh.export import export
     from shopsim_wh.spark_export import export_spark
 
     ours = export(kind, spark_wh, tmp_path / "duck", format=fmt, shard_rows=200)
-    theirs = export_spark(kind, spark_wh, tmp_path / "spark", spark=spark, format=fmt, shard_rows=200)
+    theirs = export_spark(kind, spark_wh, tmp_path / "spark", spark=_fresh(spark), format=fmt, shard_rows=200)
     m_duck, rows_duck = _shards(tmp_path / "duck")
     m_spark, rows_spark = _shards(tmp_path / "spark")
     assert ours.rows == theirs.rows > 0 and theirs.duplicates_removed == ours.duplicates_removed
@@ -194,6 +241,37 @@ def test_spark_views_ddl_reads_the_snapshot_files(spark, spark_wh, duck):
         d = canonical_rows(duck.sql(f"SELECT * FROM stg_{table}").fetchall())
         s = canonical_rows(spark.table(f"ddl_stg_{table}").collect())
         assert not (msg := diff(d, s)), f"{table}: {msg}"
+
+
+def test_translation_is_cached(registered, cache_dir):
+    """The translation (a pure function of sql/, the translator and sqlglot) is read back from its cache file."""
+    from shopsim_wh import spark
+
+    files = list(cache_dir.glob("spark-views-*.json"))
+    assert len(files) == 1
+    saved = files[0].read_text()
+    rows = json.loads(saved)
+    rows[0][2] = "SELECT 'from the cache' AS x"
+    files[0].write_text(json.dumps(rows))
+    spark._statements.cache_clear()
+    try:
+        assert spark.view_statements(True)[0][2] == "SELECT 'from the cache' AS x"
+    finally:
+        files[0].write_text(saved)
+        spark._statements.cache_clear()
+    assert spark.view_statements(True) == [tuple(r) for r in json.loads(saved)]
+
+
+def test_only_the_views_a_query_reads_are_registered(spark, spark_wh):
+    from shopsim_wh.spark import needed, register
+
+    want = needed("SELECT * FROM run_metrics")
+    assert {"run_metrics", "episodes"} <= want and not any(v.startswith("export_") for v in want)
+    assert len(want) < 20
+    s = _fresh(spark)
+    reg = register(s, spark_wh, exports=False, only="SELECT * FROM run_metrics")
+    assert set(reg.views) == want and not reg.skipped
+    assert not s.catalog.tableExists("export_messages") and s.table("run_metrics").count() > 0
 
 
 def test_sql_engine_spark_cli(spark, spark_wh, duck):

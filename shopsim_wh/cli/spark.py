@@ -41,9 +41,10 @@ def run_sql_spark(root, text: str, params: dict):
     """One query on Spark over the translated views: (columns, rows)."""
     from ..spark import register, session, translator
 
+    query = translator().query(text)
     spark = session()
-    register(spark, root, exports=False)
-    df = spark.sql(translator().query(text), args=params or None)
+    register(spark, root, exports=False, only=query)  # the views the query reads, not every view
+    df = spark.sql(query, args=params or None)
     return df.columns, [tuple(r) for r in df.collect()]
 
 
