@@ -20,6 +20,7 @@ import functools
 import hashlib
 import json
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,16 +118,17 @@ def view_statements(exports: bool = False) -> list[tuple[str, str, str]]:
     """(file, view name, Spark SELECT) for every shipped view in dependency order (macros are inlined, so they
     have no statement of their own). The translation is a pure function of the SQL text, the translator and
     sqlglot: computed once per process and kept in a file cache across processes (:func:`_cache_dir`)."""
-    return list(_statements(bool(exports)))
+    from .db import ON_DEMAND_LAYERS
+
+    return [st for st in _statements() if exports or st[0].split("/")[0] not in ON_DEMAND_LAYERS]
 
 
-@functools.lru_cache(maxsize=2)
-def _statements(exports: bool) -> tuple[tuple[str, str, str], ...]:
-    from .db import LAYERS, ON_DEMAND_LAYERS, ordered_sql, sql_dir
+@functools.lru_cache(maxsize=1)
+def _statements() -> tuple[tuple[str, str, str], ...]:
+    from .db import LAYERS, ordered_sql, sql_dir
 
-    files = [(n, t) for n, t in ordered_sql(str(sql_dir()))
-             if n.split("/")[0] in LAYERS and (exports or n.split("/")[0] not in ON_DEMAND_LAYERS)]
-    path = _cache_file(files, exports)
+    files = [(n, t) for n, t in ordered_sql(str(sql_dir())) if n.split("/")[0] in LAYERS]
+    path = _cache_file(files)
     try:
         return tuple(tuple(x) for x in json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError):
@@ -150,14 +152,14 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "shopsim-wh"
 
 
-def _cache_file(files: list[tuple[str, str]], exports: bool) -> Path:
+def _cache_file(files: list[tuple[str, str]]) -> Path:
     """The cache file of a translation: named by the sha256 of everything it depends on (the SQL files, the
     translator's source, sqlglot's version), so a changed input never reads a stale translation."""
     import sqlglot
 
     from . import spark_sql
 
-    h = hashlib.sha256(f"{sqlglot.__version__}\0{exports}\0".encode())
+    h = hashlib.sha256(f"{sqlglot.__version__}\0".encode())
     h.update(Path(spark_sql.__file__).read_bytes())
     for name, text in files:
         h.update(f"\0{name}\0{text}".encode())
@@ -230,38 +232,62 @@ def register(spark, warehouse, exports: bool = True, snap=None, materialize: tup
     wanted = needed(only, exports) if only is not None else None
     pending = [(f, v, q) for f, v, q in view_statements(exports) if (base or f.startswith("exports/"))
                and (wanted is None or v in wanted)]
-    while pending:  # file order is a sort on names found in the text; a retry covers what it misses (as on DuckDB)
-        missing = []
-        for file, view, sql in pending:
-            out.skipped.pop(view, None)
+    for group in _levels(pending):
+        created = []
+        for file, view, sql in group:
             blocked = UNSUPPORTED.get(view) or next((f"reads {d} ({out.skipped[d]})" for d in out.skipped
                                                      if _names(sql, d)), None)
             if blocked:
                 out.skipped[view] = blocked
-                if any(_names(sql, v) for _, v, _ in missing):  # its dependency is retried: so is it
-                    missing.append((file, view, sql))
                 continue
             try:  # a DataFrame's temp view keeps its analysed plan: views over views are not re-analysed per use
                 if view == "export_scope" and scope is not None:
                     df = spark.createDataFrame([(r,) for r in scope], "run_id STRING")
                 else:
                     df = spark.sql(sql)
-                if materialize is True or view in (materialize or ()):
-                    df = df.localCheckpoint()
-                df.createOrReplaceTempView(view)
             except Exception as exc:  # noqa: BLE001 - the analyzer's reason is reported per view
-                if "TABLE_OR_VIEW_NOT_FOUND" in str(exc):
-                    missing.append((file, view, sql))
-                elif os.environ.get("SHOPSIM_WH_SPARK_STRICT"):
-                    raise WarehouseError(f"Spark cannot create {view} (sql/{file}): {exc}") from exc
-                out.skipped[view] = "Spark: " + " ".join(str(exc).split())[:300]
+                _failed(out, file, view, exc)
                 continue
-            out.views.append(view)
-        if len(missing) == len(pending):
-            for _, view, _ in missing:
-                out.skipped[view] = "Spark: TABLE_OR_VIEW_NOT_FOUND (it reads a view that is not created)"
-            break
-        pending = missing
+            created.append((file, view, df))
+        # the views of one level read none of each other: their materializations run as concurrent Spark jobs
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            done = [(file, view, pool.submit(df.localCheckpoint) if materialize is True or view in (materialize or ())
+                     else df) for file, view, df in created]
+            for file, view, df in done:
+                try:
+                    (df.result() if isinstance(df, Future) else df).createOrReplaceTempView(view)
+                except Exception as exc:  # noqa: BLE001 - a failure at run time is reported per view too
+                    _failed(out, file, view, exc)
+                    continue
+                out.views.append(view)
+    return out
+
+
+def _failed(out: Registered, file: str, view: str, exc: Exception) -> None:
+    if os.environ.get("SHOPSIM_WH_SPARK_STRICT"):
+        raise WarehouseError(f"Spark cannot create {view} (sql/{file}): {exc}") from exc
+    out.skipped[view] = "Spark: " + " ".join(str(exc).split())[:300]
+
+
+def _levels(statements: list[tuple[str, str, str]]) -> list[list[tuple[str, str, str]]]:
+    """The statements grouped by depth: a view comes one level after the deepest view it names. Names in the text
+    over-approximate the reads (a column may share a view's name), which only delays a view; should that close a
+    cycle, the rest goes one view per level in file order (DuckDB's own order)."""
+    views = {v for _, v, _ in statements}
+    deps = {v: {d for d in views - {v} if _names(q, d)} for _, v, q in statements}
+    level: dict[str, int] = {}
+    rest = list(statements)
+    while rest:
+        ready = [st for st in rest if deps[st[1]] <= level.keys()]
+        if not ready:  # a cycle of names: file order
+            ready = rest[:1]
+            deps[ready[0][1]] = deps[ready[0][1]] & level.keys()
+        for st in ready:
+            level[st[1]] = 1 + max((level[d] for d in deps[st[1]]), default=-1)
+        rest = [st for st in rest if st[1] not in level]
+    out: list[list] = [[] for _ in range(1 + max(level.values(), default=-1))]
+    for st in statements:
+        out[level[st[1]]].append(st)
     return out
 
 

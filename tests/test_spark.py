@@ -111,7 +111,7 @@ def duck(spark_wh):
 def test_every_shipped_view_is_created_or_listed_unsupported(registered):
     from shopsim_wh.spark import UNSUPPORTED
 
-    assert len(VIEWS) > 60
+    assert len(VIEWS) > 50
     assert set(registered.views) | set(registered.skipped) == set(VIEWS)
     # the unsupported list is exactly what does not run (it can only shrink: remove a view once it runs)
     assert registered.skipped == {v: UNSUPPORTED[v] for v in UNSUPPORTED}
@@ -148,8 +148,10 @@ def _unsupported() -> dict:
 
 
 def _may_be_empty() -> set:
-    # no gate has run on the test warehouse and no synth-reasoning teacher answered
-    return {"gate_results", "gate_coefficients", "synthetic_reasoning", "failures", "ingest_errors", "export_sft_summary"}
+    # no gate has run on the test warehouse and no synth-reasoning teacher answered; export_decisions_wanted is
+    # filled by the exporter only
+    return {"gate_results", "gate_coefficients", "synthetic_reasoning", "failures", "ingest_errors", "export_sft_summary",
+            "export_sft_reasoning", "export_decisions_wanted"}
 
 
 @pytest.mark.parametrize("call", [
@@ -172,8 +174,8 @@ def test_ir_context_macros_inline(macro, last, registered, spark, duck):
     their CTEs renamed."""
     from shopsim_wh.spark import translator
 
-    run, ep, agent, step = duck.sql("SELECT run_id, episode_id, agent_id, step_idx FROM steps WHERE step_idx >= 3 "
-                                    "ORDER BY run_id, episode_id LIMIT 1").fetchone()
+    run, ep, agent, step = duck.execute("SELECT run_id, episode_id, agent_id, step_idx FROM steps WHERE step_idx >= 3 "
+                                        "ORDER BY run_id, episode_id LIMIT 1").fetchone()
     call = f"SELECT * FROM {macro}('{run}', '{ep}', '{agent}', {step}, {last})"
     rel = duck.sql(call)
     d = canonical_rows(rel.fetchall())
@@ -235,6 +237,7 @@ def test_spark_views_ddl_reads_the_snapshot_files(spark, spark_wh, duck):
     text = res.output
     assert "CREATE OR REPLACE TEMPORARY VIEW episodes AS" in text and "glob" not in text.lower()
     for stmt in text.split(";\n"):
+        stmt = "\n".join(line for line in stmt.splitlines() if not line.startswith("--"))
         if stmt.startswith("CREATE OR REPLACE TEMPORARY VIEW stg_"):
             spark.sql(stmt.replace("VIEW stg_", "VIEW ddl_stg_").replace("FROM stg_", "FROM ddl_stg_"))
     for table in ("episodes", "messages", "steps", "runs", "gate_results"):

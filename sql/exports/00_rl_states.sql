@@ -22,7 +22,8 @@ WITH msg AS (
         run_id, episode_id, agent_id, part, from_step, ord,
         md5(coalesce(message ->> 'role', '') || chr(31) || coalesce(message ->> 'content', '') || chr(31)
             || coalesce(array_to_string(list_transform(CAST(message -> 'tool_calls' AS JSON[]), lambda c:
-                   coalesce(c -> 'function' ->> 'name', '') || chr(31) || coalesce(c -> 'function' ->> 'arguments', '')),
+                   coalesce(json_extract_string(c, '$.function.name'), '') || chr(31)
+                   || coalesce(json_extract_string(c, '$.function.arguments'), '')),
                chr(30)), '')) AS h
     FROM export_messages
 ),
