@@ -1,12 +1,16 @@
 """``export --engine spark``: a kind's rows computed on Spark, written in the same shard/manifest layout.
 
-Steps: register the base, IR and analytics views on the warehouse's current snapshot (:func:`shopsim_wh.spark.register`),
-choose the runs exactly as the DuckDB path does (``select_runs``, here over Spark), set the export parameters as
-Spark session variables and the scope as the ``export_scope`` view, create the exports layer, then compute the
-kind's view filtered by ``--where`` on Spark. The rows come back to the driver as Arrow, typed as the DuckDB path
-types them (JSON columns as Arrow's JSON extension type), and the shared tail of the DuckDB exporter shards them
-(``md5_number(episode_id) % shards``, ordered by ``sample_id``, exact duplicates dropped) and writes the manifest.
-The driver therefore holds one kind's rows at a time: fine for the exports of a run, not for a whole fleet at once.
+Steps: register the views the kind reads (``register(only=...)``, :func:`shopsim_wh.spark.needed`) on the
+warehouse's current snapshot, choose the runs exactly as the DuckDB path does (``select_runs``, here over Spark),
+set the export parameters as Spark session variables and the scope as the ``export_scope`` view, create the
+exports layer (the building blocks materialized, as DuckDB's exporter does), then compute the kind's view
+filtered by ``--where`` on Spark. The rows come back to the driver as Arrow, typed as the DuckDB path types them
+(JSON columns as Arrow's JSON extension type), and the DuckDB exporter's phases 2 and 3
+(:mod:`shopsim_wh.export.batches`, as one batch) shard them (``md5_number(episode_id) % shards``, ordered by
+``sample_id``, exact duplicates dropped) before the manifest is written. The driver therefore holds one kind's
+rows at a time: fine for the exports of a run, not for a whole fleet at once. A kind with ``-- decisions:``
+(preference) computes every decision's context on Spark (DuckDB's exporter computes only the pairs'): the same
+rows, more work.
 
 Record kinds (``shopsimrl-v4``, ``atif``) are assembled per episode in Python from DuckDB and are not offered here
 (:data:`UNSUPPORTED_KINDS`).

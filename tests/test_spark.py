@@ -175,7 +175,7 @@ def test_ir_context_macros_inline(macro, last, registered, spark, duck):
     from shopsim_wh.spark import translator
 
     run, ep, agent, step = duck.execute("SELECT run_id, episode_id, agent_id, step_idx FROM steps WHERE step_idx >= 3 "
-                                        "ORDER BY run_id, episode_id LIMIT 1").fetchone()
+                                        "ORDER BY run_id, episode_id LIMIT 1").fetchall()[0]
     call = f"SELECT * FROM {macro}('{run}', '{ep}', '{agent}', {step}, {last})"
     rel = duck.sql(call)
     d = canonical_rows(rel.fetchall())
