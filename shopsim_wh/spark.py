@@ -80,8 +80,10 @@ def staging_frames(spark, root, snap=None) -> dict:
 
 
 def staging_ddl(root, snap=None) -> list[str]:
-    """The ``stg_`` views as Spark SQL DDL (for ``shopsim-wh spark-views``): one temporary view per table over
-    the snapshot's exact file list (the ``paths`` option, a JSON list) with ``basePath`` for ``run_id``."""
+    """The ``stg_`` views as Spark SQL DDL (for ``shopsim-wh spark-views``): per table, one temporary view per
+    snapshot file (``USING parquet`` with ``path`` and ``basePath``, so ``run_id`` comes from the Hive path) and
+    their ``UNION ALL``. (A ``USING parquet`` view reads the ``path`` option only: Spark's ``paths`` list is for
+    ``DataFrameReader.load``, and a view given it reads nothing.)"""
     from .warehouse import Warehouse
 
     wh = Warehouse(root)
@@ -95,12 +97,13 @@ def staging_ddl(root, snap=None) -> list[str]:
                              for t in [table_ddl_schema(table).split(", ")[-1], *table_ddl_schema(table).split(", ")[:-1]])
             out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name} AS SELECT {cols} WHERE false")
             continue
-        opts = {"paths": json.dumps(files), "basePath": str((wh.root / table).resolve())}
-        opt_sql = ", ".join(f"{k} {_quote(v)}" for k, v in opts.items())
         cols = ", ".join(f"`{c}`" for c in [PARTITION_KEY, *TABLES[table].column_names])
-        out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name}__files ({table_ddl_schema(table)}) USING parquet "
-                   f"OPTIONS ({opt_sql})")
-        out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name} AS SELECT {cols} FROM {name}__files")
+        base = _quote(str((wh.root / table).resolve()))
+        for i, f in enumerate(files):
+            out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name}__f{i} ({table_ddl_schema(table)}) USING parquet "
+                       f"OPTIONS (path {_quote(f)}, basePath {base})")
+        out.append(f"CREATE OR REPLACE TEMPORARY VIEW {name} AS "
+                   + " UNION ALL ".join(f"SELECT {cols} FROM {name}__f{i}" for i in range(len(files))))
     return out
 
 
@@ -337,7 +340,7 @@ def spark_ddl(root, exports: bool = True) -> str:
              *[s + ";" for s in staging_ddl(root)]]
     if exports:
         lines += [s + ";" for s in variable_ddl()]
-    for file, view, sql in view_statements(exports):
+    for file, view, sql in (st for group in _levels(view_statements(exports)) for st in group):  # dependency order
         if view in UNSUPPORTED:
             lines.append(f"-- {view} (sql/{file}) is not available on Spark: {UNSUPPORTED[view]}")
             continue

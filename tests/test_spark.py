@@ -227,7 +227,7 @@ def test_record_kinds_are_refused_with_the_reason(spark, spark_wh, tmp_path):
 
 
 def test_spark_views_ddl_reads_the_snapshot_files(spark, spark_wh, duck):
-    """The printed DDL's stg_ views (exact file lists through the `paths` option) read what DuckDB reads."""
+    """The printed DDL's stg_ views (one view per snapshot file, unioned) read what DuckDB reads."""
     from typer.testing import CliRunner
 
     from shopsim_wh.cli.main import app
