@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from .options import OutputOpt, WarehouseOpt, check_output, emit_json
+from .spark import EngineOpt, check_engine
 
 
 def _root(warehouse: str | None) -> Path:
@@ -60,6 +61,7 @@ def sql(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
     param: Annotated[list[str], typer.Option("--param", "-p", help="Bind a named parameter: -p name=value, used as $name.")] = [],  # noqa: B006
     file: Annotated[Path | None, typer.Option("--file", help="Read the query from this file.")] = None,
+    engine: EngineOpt = "duckdb",
 ) -> None:
     """Run one read-only SELECT over the warehouse views (it can read nothing else); -p values are bound, never pasted."""
     from ..sandbox import check_query
@@ -78,6 +80,20 @@ def sql(
     if out is not None and not out.resolve().parent.is_dir():
         raise typer.BadParameter(f"cannot write --out {out}: {out.parent} is not a directory; choose a file in an "
                                  "existing, writable directory")
+    if check_engine(engine) == "spark":
+        if fmt == "parquet":
+            raise typer.BadParameter("--format parquet is not offered with --engine spark; use csv or json")
+        from ..summary import QueryResult
+        from .spark import run_sql_spark
+
+        cols, rows = run_sql_spark(_root(warehouse), text, params)
+        rendered = render(QueryResult(cols, rows), fmt, width=None if out else shutil.get_terminal_size((120, 24)).columns)
+        if out:
+            _write(out, rendered + "\n")
+            typer.echo(f"wrote {out}")
+        else:
+            typer.echo(rendered)
+        return
     con = sandboxed(_root(warehouse))
     if note := absent_runs_note(con, text):  # e.g. a cookbook query on a warehouse without its runs
         typer.secho(note, fg="yellow", err=True)

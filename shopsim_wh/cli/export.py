@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from .options import WarehouseOpt
+from .spark import EngineOpt, check_engine
 
 
 def export(
@@ -29,6 +30,7 @@ def export(
     list_: Annotated[bool, typer.Option("--list", help="List the kinds with grain, columns and an example row, then exit.")] = False,
     summary_format: Annotated[str, typer.Option("--summary-format", help="How to print the result: text or json (one object on stdout).")] = "text",
     progress: Annotated[bool, typer.Option("--progress/--quiet", help="Show a progress bar on stderr (--quiet: print nothing but the summary).")] = True,
+    engine: EngineOpt = "duckdb",
 ) -> None:
     """Write one kind of training data as deterministic shards plus manifest.json (see docs/export.md)."""
     from ..errors import ShopsimError
@@ -46,6 +48,9 @@ def export(
 
     from ..export import export as run_export
     from ..warehouse import default_root
+
+    if check_engine(engine) == "spark":
+        from ..spark_export import export_spark as run_export
 
     root = default_root(warehouse)
     kwargs = dict(runs=runs or None, experiment=experiment, where=where, format=fmt, shard_rows=shard_rows,

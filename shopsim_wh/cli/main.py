@@ -29,6 +29,7 @@ from . import (
     rollout,
     runs,
     sim,
+    spark,
     synth,
     vacuum,
 )
@@ -70,6 +71,7 @@ doctor.register(app)
 runs.register(app)
 vacuum.register(app)
 compact.register(app)
+spark.register(app)
 app.add_typer(config.app, name="config", help="Config tools: `config import` converts a ShopSimRL experiment YAML.")
 app.add_typer(sim.app, name="sim", help="The embedded ShopSimulator-compatible server and scripted policy.")
 

@@ -6,21 +6,25 @@
 --   prefix_key     md5 over the agent's global prefix (export_messages part 'prefix')
 --   state_key      md5 over (agent_role, prefix, every earlier turn of the agent, the offered tool set): two
 --                  decisions are in the same state iff the model was shown the same conversation with the same
---                  tools. A message counts by role, content and its tool calls' (name, arguments); call ids
---                  (random per rollout) and reasoning are left out. The whole history counts, not the
+--                  tools. A message counts by role, content and its tool calls' (name, arguments), hashed as
+--                  text both engines spell alike (name, chr(31), arguments text; calls joined by chr(30)); call
+--                  ids (random per rollout) and reasoning are left out. The whole history counts, not the
 --                  --window/--max-tokens trimmed prompt.
 --   action_key     md5 over the turn's own response: its calls' (name, arguments) in call order and its text
 --   mc_n, mc_value rollouts (completed episodes with a reward, in scope) that passed through this state AND took
 --                  this action, and the mean of their final reward (episodes.reward): Q(s, a) by Monte Carlo
 --   state_n, state_value, state_actions   the same over every action taken from the state: V(s), and how
 --                  many distinct actions were taken there
--- DuckDB-specific: md5, string_agg ... ORDER BY, window frames over strings, JSON path wildcards.
+-- DuckDB-specific: md5, string_agg ... ORDER BY, window frames over strings, lambdas.
 CREATE OR REPLACE VIEW export_rl_states AS
 WITH msg AS (
     SELECT
         run_id, episode_id, agent_id, part, from_step, ord,
         md5(coalesce(message ->> 'role', '') || chr(31) || coalesce(message ->> 'content', '') || chr(31)
-            || coalesce(CAST(json_extract(message, '$.tool_calls[*].function') AS VARCHAR), '')) AS h
+            || coalesce(array_to_string(list_transform(CAST(message -> 'tool_calls' AS JSON[]), lambda c:
+                   coalesce(json_extract_string(c, '$.function.name'), '') || chr(31)
+                   || coalesce(json_extract_string(c, '$.function.arguments'), '')),
+               chr(30)), '')) AS h
     FROM export_messages
 ),
 

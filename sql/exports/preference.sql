@@ -76,7 +76,7 @@ actions_taken AS (
     SELECT
         task_id, state_key, action_key, any_value(agent_role) AS agent_role, any_value(mc_n) AS n,
         any_value(mc_value) AS value,
-        min((run_id, episode_id, agent_id, step_idx)) AS rep
+        min({'run_id': run_id, 'episode_id': episode_id, 'agent_id': agent_id, 'step_idx': step_idx}) AS rep
     FROM rated
     WHERE state_actions >= 2
     GROUP BY task_id, state_key, action_key
@@ -93,8 +93,9 @@ ranked_actions AS (
 step_pairs AS (
     SELECT
         'step' AS level, c.best_rank AS pair_rank,
-        c.rep[1] AS run_id, c.rep[2] AS episode_id, c.task_id, c.rep[3] AS agent_id, c.rep[4] AS step_idx,
-        r.rep[1] AS rejected_run_id, r.rep[2] AS rejected_episode_id, r.rep[4] AS rejected_step_idx,
+        c.rep.run_id AS run_id, c.rep.episode_id AS episode_id, c.task_id, c.rep.agent_id AS agent_id,
+        c.rep.step_idx AS step_idx,
+        r.rep.run_id AS rejected_run_id, r.rep.episode_id AS rejected_episode_id, r.rep.step_idx AS rejected_step_idx,
         c.value AS chosen_value, r.value AS rejected_value, c.n AS chosen_n, r.n AS rejected_n
     FROM ranked_actions AS c
     JOIN ranked_actions AS r

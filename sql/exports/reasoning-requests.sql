@@ -36,7 +36,7 @@ rendered AS (
         c.call ->> 'name' AS action_name,
         c.call -> 'arguments' AS action_arguments,
         coalesce(array_to_string(list_transform(c.tools, lambda x:
-            '- ' || (x -> 'function' ->> 'name') || ': ' || coalesce(x -> 'function' ->> 'description', '')), chr(10)),
+            '- ' || (x -> 'function' ->> 'name') || ': ' || coalesce(json_extract_string(x, '$.function.description'), '')), chr(10)),
             '') AS tools_text,
         array_to_string(list_transform(c.prompt, lambda m:
             '[' || (m ->> 'role') || ']' || coalesce(' ' || (m ->> 'content'), '')

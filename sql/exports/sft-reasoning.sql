@@ -15,7 +15,7 @@
 -- Only answers with verdict 'accepted' (their action equals the recorded one) are exported; rejected ones stay
 -- in the table with their reason. A request answered by several teachers gives one row per teacher: select
 -- one with --where "teacher_model = '...'".
--- DuckDB-specific: json_merge_patch, json_object.
+-- DuckDB-specific: JSON[] lists (the message is rebuilt by export_message, which runs on Spark too).
 CREATE OR REPLACE VIEW export_sft_reasoning AS
 WITH answers AS (
     SELECT request_hash, teacher_fingerprint, teacher_model, teacher_base_url, reasoning
@@ -33,7 +33,8 @@ final AS (
         r.agent_role,
         r.step_idx,
         r.state AS prompt,
-        [json_merge_patch(r.action[1], json_object('reasoning_content', a.reasoning))] AS completion,
+        [export_message('assistant', r.action[1] ->> 'content', a.reasoning, r.action[1] -> 'tool_calls', NULL, NULL)]
+            AS completion,
         r.tools,
         a.teacher_model,
         a.teacher_fingerprint,

@@ -2,7 +2,7 @@
 -- grain: one row. columns: messages (JSON array of {role, content[, reasoning_content][, tool_calls]
 -- [, tool_call_id][, name]}), n_messages, est_tokens.
 -- tool_calls is embedded as JSON (not as a string); keys with NULL values are left out.
--- DuckDB-specific: table macro, json_object / json_merge_patch, list(... ORDER BY ...) / to_json.
+-- DuckDB-specific: table macro, list(... ORDER BY ...) / to_json.
 CREATE OR REPLACE MACRO ir_context_json(p_run_id, p_episode_id, p_agent_id, p_step_idx, k) AS TABLE
 WITH ctx AS (
     SELECT * FROM ir_context(p_run_id, p_episode_id, p_agent_id, p_step_idx, k)
@@ -12,13 +12,17 @@ as_json AS (
     SELECT
         position,
         est_tokens,
-        json_merge_patch(
-            json_object('role', role, 'content', content),
-            CASE WHEN reasoning_content IS NOT NULL THEN json_object('reasoning_content', reasoning_content) ELSE json('{}') END,
-            CASE WHEN tool_calls IS NOT NULL THEN json_object('tool_calls', json(tool_calls)) ELSE json('{}') END,
-            CASE WHEN tool_call_id IS NOT NULL THEN json_object('tool_call_id', tool_call_id) ELSE json('{}') END,
-            CASE WHEN name IS NOT NULL THEN json_object('name', name) ELSE json('{}') END
-        ) AS message
+        -- the object assembled as text (to_json escapes each value), in json_merge_patch's key order: the same
+        -- SQL on Spark, which has no JSON merge
+        CAST('{"role":' || coalesce(CAST(to_json(role) AS VARCHAR), 'null')
+             || ',"content":' || coalesce(CAST(to_json(content) AS VARCHAR), 'null')
+             || CASE WHEN reasoning_content IS NOT NULL
+                     THEN ',"reasoning_content":' || CAST(to_json(reasoning_content) AS VARCHAR) ELSE '' END
+             || CASE WHEN tool_calls IS NOT NULL THEN ',"tool_calls":' || CAST(json(tool_calls) AS VARCHAR) ELSE '' END
+             || CASE WHEN tool_call_id IS NOT NULL
+                     THEN ',"tool_call_id":' || CAST(to_json(tool_call_id) AS VARCHAR) ELSE '' END
+             || CASE WHEN name IS NOT NULL THEN ',"name":' || CAST(to_json(name) AS VARCHAR) ELSE '' END
+             || '}' AS JSON) AS message
     FROM ctx
 ),
 
