@@ -212,21 +212,21 @@ def _columns(con, spec) -> list[str]:
 
 
 def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, memory) -> list[Path]:
-    """Phase 1 (see batches.py): the kind's rows, one spill file per batch of episodes."""
+    """Phase 1 (see batches.py): the kind's rows, batch by batch of episodes, into the spill's buckets."""
     import duckdb
 
     n_batches = batches.plan(con, spec, batches.batch_episodes())
     if n_batches > 1:
         batches.shadow(con, ident(con.execute("SELECT current_database()").fetchone()[0]), spill, memory)
     query = batches.compute_sql(spec, expr, format, columns)
-    files = []
+    out = batches.Spill(spill, n_batches)
+    con.execute("SET arrow_lossless_conversion = true")  # JSON crosses as arrow.json: the spill keeps the type
     for b in range(n_batches):
         if n_batches > 1:
             batches.select_batch(con, spill, b)
         prepare(con, spec, blocks)
-        path = spill / f"batch-{b:05d}.parquet"
         try:
-            batches.spill_batch(con, spec, query, path, format, params)
+            out.add(batches.batch_reader(con, spec, query, format, params))
         except (duckdb.BinderException, duckdb.ParserException, duckdb.ConversionException) as exc:
             # a bad expression surfaces here, from DuckDB's binder
             raise ExportError(f"cannot read kind {spec.name} with --where {expr!r}: {exc}; "
@@ -234,7 +234,7 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, memo
         except duckdb.OutOfMemoryException as exc:
             raise ExportError(f"kind {spec.name} ran out of memory ({exc}); raise SHOPSIM_WH_EXPORT_MEMORY, lower "
                               "SHOPSIM_WH_EXPORT_BATCH_EPISODES or export fewer runs at a time (--runs)") from exc
-        files.append(path)
+    files = out.close()
     batches.unshadow(con)
     for name in blocks:
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
@@ -246,11 +246,11 @@ def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, se
     memory = _memory_config("")["memory_limit"] if root is not None else None  # ours: the configured cap
     columns = _columns(con, spec)
     files = _compute(con, spec, spill, format, expr, params, blocks, columns, memory)
-    total, bounds = batches.count(con, files)
+    total = batches.count(con, files)
     n_shards = max(1, math.ceil(total / shard_rows))
     out.mkdir(parents=True, exist_ok=True)
     con.execute("SET arrow_lossless_conversion = true")  # JSON leaves as arrow.json -> Parquet JSON logical type
-    reader = batches.ordered_reader(con, files, n_shards, bounds, BATCH_ROWS)
+    reader = batches.ordered_reader(con, files, n_shards, BATCH_ROWS)
     columns = [n for n in reader.schema.names if not n.startswith("__")]
     done = 0
 
@@ -263,6 +263,7 @@ def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, se
     try:
         stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
     except BaseException:
+        reader.close()  # releases the bucket query DuckDB still holds open
         for tmp in out.glob(".tmp-*"):
             tmp.unlink()
         raise

@@ -106,6 +106,8 @@ def _plain(arr: pa.Array, t: pa.DataType) -> pa.Array:
     if isinstance(arr, pa.ChunkedArray):
         return pa.chunked_array([_plain(c, t) for c in arr.chunks], t)
     if pa.types.is_list(t):
+        if arr.offset:  # from_arrays refuses a slice's offsets with a null mask: copy the slice
+            arr = pa.concat_arrays([arr])
         return pa.ListArray.from_arrays(arr.offsets, _plain(arr.values, t.value_type), type=t, mask=arr.is_null())
     return arr.storage.cast(t) if isinstance(arr, pa.ExtensionArray) else arr.cast(t)
 
