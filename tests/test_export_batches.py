@@ -68,7 +68,7 @@ def test_spill_buckets_hold_ordered_ranges_and_keep_types(tmp_path):
                FROM range(LO, HI) AS t(i)"""
     spill = Spill(tmp_path, n_batches=4, bucket_bytes=2000)
     for b in range(4):
-        spill.add(con.sql(query.replace("LO", str(b * 100)).replace("HI", str(b * 100 + 100))).to_arrow_reader(64))
+        spill.add(con.sql(query.replace("LO", str(b * 100)).replace("HI", str(b * 100 + 100))).to_arrow_table())
     files = spill.close()
     assert len(files) > 3
     ranges = [con.execute(f"SELECT min(sample_id), max(sample_id), count(*) FROM '{f}'").fetchone() for f in files]

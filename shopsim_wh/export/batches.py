@@ -29,11 +29,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..db import sql_string
+from ..db import ident, sql_string
 from .registry import Kind
 from .writer import DUP, SHARD, _conform, _plain_type
 
 DEFAULT_BATCH_EPISODES = 500
+WORKERS = 2  # batches computed at once (threads, one DuckDB cursor each)
 BUCKET_BYTES = 128 << 20  # Arrow bytes a spill bucket holds, about: what one phase-3 sort holds
 MAX_BUCKETS = 4096  # open bucket files, at most (past it buckets grow and their sorts spill)
 PENDING_BYTES = 64 << 20  # rows routed to buckets but not written yet, at most (then every bucket is flushed)
@@ -43,6 +44,12 @@ SPILL_ROW_GROUP = 2048  # rows per Arrow batch out of a batch's query, and per b
 # The base views the export views read whose rows belong to one episode: shadowed per batch.
 SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
 KEY = "__key"
+
+
+def workers() -> int:
+    """Batches computed at once (each on its own cursor): ``SHOPSIM_WH_EXPORT_THREADS`` or :data:`WORKERS`.
+    A batch's queries are too small for DuckDB to spread over cores (one row group each), so the batches are."""
+    return _positive_env("SHOPSIM_WH_EXPORT_THREADS", WORKERS)
 
 
 def _positive_env(name: str, default: int) -> int:
@@ -100,6 +107,26 @@ def shadow(con, db: str, spill: Path, memory: str | None = None) -> None:
     finally:
         con.execute("SET preserve_insertion_order = false")
         con.execute(f"SET memory_limit = {sql_string(limit)}")
+
+
+def share_staging(con, spill: Path) -> list[tuple[str, Path]]:
+    """Copy the connection's TEMP ``stg_`` tables (small warehouse tables held in memory, db.install_views) to
+    Parquet in ``spill``, so that another cursor, which cannot see this connection's TEMP tables, can read them
+    (:func:`use_staging`). Returns (name, file) pairs."""
+    base = spill / "base"
+    base.mkdir(exist_ok=True)
+    out = []
+    for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name LIKE 'stg\\_%' "
+                               "ESCAPE '\\' ORDER BY 1").fetchall():
+        path = base / f"{name}.parquet"
+        con.execute(f"COPY temp.main.{ident(name)} TO {sql_string(str(path))} (FORMAT parquet)")
+        out.append((name, path))
+    return out
+
+
+def use_staging(cur, shared: list[tuple[str, Path]]) -> None:
+    for name, path in shared:
+        cur.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT * FROM read_parquet({sql_string(str(path))})")
 
 
 def unshadow(con) -> None:
@@ -174,19 +201,15 @@ class Spill:
     def path(self, i: int) -> Path:
         return self.folder / f"bucket-{i:05d}.parquet"
 
-    def add(self, reader: pa.RecordBatchReader) -> None:
+    def add(self, table: pa.Table) -> None:
         """Route one batch's rows (any order) to their buckets."""
         if self.schema is None:
-            self.schema = pa.schema([f.with_type(_plain_type(f.type)) for f in reader.schema])
+            self.schema = pa.schema([f.with_type(_plain_type(f.type)) for f in table.schema])
+        if table.num_rows == 0:
+            return
         if self.bounds is None:
-            table = reader.read_all()
-            if table.num_rows == 0:
-                return
             self._plan(table)
-            batches = table.to_batches()
-        else:
-            batches = reader
-        for batch in batches:
+        for batch in table.to_batches(SPILL_ROW_GROUP):
             if batch.num_rows:
                 self._route(_conform(batch, self.schema))
         if self.pending_bytes > PENDING_BYTES:
@@ -205,8 +228,9 @@ class Spill:
         bucket = pa.array([0] * batch.num_rows, pa.int32())
         for b in self.bounds:  # bucket = how many bounds are <= sample_id
             bucket = pc.add(bucket, pc.cast(pc.greater_equal(sid, b), pa.int32()))
-        order = pc.sort_indices(bucket)
-        batch, bucket = batch.take(order), bucket.take(order)
+        if batch.num_rows > 1 and not pc.all(pc.less_equal(bucket[:-1], bucket[1:])).as_py():
+            order = pc.sort_indices(bucket)  # rows come sorted by sample_id from SQL kinds: no copy then
+            batch, bucket = batch.take(order), bucket.take(order)
         runs = pc.run_end_encode(bucket)
         start = 0
         for i, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
