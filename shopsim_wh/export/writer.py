@@ -1,6 +1,6 @@
 """Shard writing: stream record batches from DuckDB into deterministic shards (temporary names, renamed at the end).
 
-Rows arrive ordered by (shard, sample_id) with a duplicate rank; the writer drops ranks above 1 (counted),
+Rows arrive in sample_id order with their shard and a duplicate rank; the writer drops ranks above 1 (counted),
 cuts fixed-size row groups (so the bytes do not depend on DuckDB's batch boundaries) and hashes each file.
 """
 
@@ -144,8 +144,14 @@ def write_shards(reader: pa.RecordBatchReader, out: Path, n_shards: int, fmt: st
             stats.tasks.add((run, task))
         if track_split:
             stats.splits.update(batch.column("split").to_pylist())
+        if len(set(shard)) > 1:  # rows are in sample_id order: group them by shard, in that order (stable sort)
+            import pyarrow.compute as pc
+
+            order = pc.sort_indices(batch.column(SHARD))
+            batch = batch.take(order)
+            shard = batch.column(SHARD).to_pylist()
         start = 0
-        while start < len(shard):  # rows are ordered by shard: cut the batch at shard changes
+        while start < len(shard):  # cut the batch at shard changes: one part per shard
             end = start
             while end < len(shard) and shard[end] == shard[start]:
                 end += 1
