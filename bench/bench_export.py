@@ -35,21 +35,7 @@ def method_export(wh: Path, out: Path, _n: int) -> dict:
 
 
 def method_copy(wh: Path, out: Path, _n: int) -> dict:
-    from shopsim_wh.db import connect, install_exports
-    from shopsim_wh.export.core import blocks_of, prepare
-    from shopsim_wh.export.registry import get_kind
-
-    t = time.perf_counter()
-    con = connect(wh)
-    install_exports(con)
-    con.execute("SET enable_progress_bar = false")
-    con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
-    spec = get_kind("sft-action")
-    prepare(con, spec, blocks_of(spec))  # the building blocks the export materializes, in one batch
-    out.mkdir(parents=True)
-    con.execute(f"COPY (SELECT * FROM export_sft_action) TO '{out / 'all.parquet'}' (FORMAT parquet, COMPRESSION zstd)")
-    rows = con.execute(f"SELECT count(*) FROM '{out / 'all.parquet'}'").fetchone()[0]
-    return {"rows": rows, "seconds": time.perf_counter() - t}
+    return export_harness.copy_floor("sft-action", wh, out)
 
 
 def method_naive(wh: Path, out: Path, n: int) -> dict:

@@ -28,6 +28,33 @@ def size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def copy_floor(kind: str, wh: Path, out: Path) -> dict:
+    """The plain-COPY floor of ``kind``: its view's rows written by one DuckDB ``COPY ... TO parquet`` on a
+    connection prepared as the export prepares one batch (scope, building blocks materialized). With
+    ``--copy-memory`` (env SHOPSIM_WH_BENCH_COPY_MEMORY) DuckDB is capped there and spills beside ``out``."""
+    import os
+
+    from shopsim_wh.db import connect, install_exports
+    from shopsim_wh.export.core import blocks_of, prepare
+    from shopsim_wh.export.registry import get_kind
+
+    t = time.perf_counter()
+    con = connect(wh)
+    if os.environ.get("SHOPSIM_WH_BENCH_COPY_MEMORY"):
+        con.execute(f"SET temp_directory = '{out.parent / (out.name + '-spill')}'")
+        con.execute(f"SET memory_limit = '{os.environ['SHOPSIM_WH_BENCH_COPY_MEMORY']}'")
+    install_exports(con)
+    con.execute("SET enable_progress_bar = false")
+    con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
+    spec = get_kind(kind)
+    prepare(con, spec, blocks_of(spec))  # the building blocks the export materializes, in one batch
+    out.mkdir(parents=True)
+    con.execute(f"COPY (SELECT * FROM {spec.view}) TO '{out / 'all.parquet'}' (FORMAT parquet, COMPRESSION zstd)")
+    rows = con.execute(f"SELECT count(*) FROM '{out / 'all.parquet'}'").fetchone()[0]
+    shutil.rmtree(out.parent / (out.name + "-spill"), ignore_errors=True)
+    return {"rows": rows, "seconds": time.perf_counter() - t}
+
+
 def _child(methods: dict[str, Callable], out_root: Path, name: str, wh: Path, n: int) -> None:
     out = out_root / name
     shutil.rmtree(out, ignore_errors=True)
@@ -56,10 +83,16 @@ def main(script: str, methods: dict[str, Callable], out_root: Path, generate: Ca
     ap.add_argument("--naive", type=int, default=naive_default, help="what the naive loop exports (a rate sample)")
     ap.add_argument("--methods", default="export,copy,naive", help="comma-separated subset of export,copy,naive")
     ap.add_argument("--sizes", help="comma-separated warehouse sizes: export only, peak RSS at each")
+    ap.add_argument("--copy-memory", help="cap DuckDB's memory for the COPY floor (e.g. 8GB; default: DuckDB's 80%% "
+                    "of RAM), for warehouses whose plain COPY needs more than the machine has")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--generate", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--wh", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.copy_memory:
+        import os
+
+        os.environ["SHOPSIM_WH_BENCH_COPY_MEMORY"] = a.copy_memory  # the children inherit it
     if a.child:
         _child(methods, out_root, a.child, Path(a.wh), a.naive)
         return

@@ -1,22 +1,22 @@
-"""Bounded memory, one evaluation: a kind is computed per batch of episodes into spill files, then sharded.
+"""Bounded memory, one evaluation: a kind is computed per batch of episodes into spill buckets, then sharded.
 
 1. **Compute** (each row once). The scoped episodes are split into batches of about ``batch_episodes`` by the
    md5 of the kind's batch key: the episode, or the task for kinds that compare the rollouts of a task
    (``-- batch: task`` in the kind's header: preference, prm). The base views the exports read (:data:`SHADOWED`)
-   are copied once, sorted by batch, and for each batch shadowed by TEMP views over that batch's rows, the building blocks are
-   materialized for that batch alone, and the kind's rows (with their JSONL line and an md5 key over the sample
-   columns) go to one spill Parquet file. A query so holds one batch's conversations: the list and string
-   aggregates that cannot spill stay bounded however large the warehouse grows.
-2. **Count** from the spill files' narrow columns: the rows (which size the shards) and the sample keys seen
+   are copied once, sorted by batch, and for each batch shadowed by TEMP views over that batch's rows, the
+   building blocks are materialized for that batch alone, and the kind's rows (with their JSONL line and an md5
+   key over the sample columns) are routed by ``sample_id`` range to the spill's buckets (:class:`Spill`: one
+   Parquet file per range, appended to by every batch). A query so holds one batch's conversations: the list and
+   string aggregates that cannot spill stay bounded however large the warehouse grows.
+2. **Count** from the bucket files' narrow columns: the rows (which size the shards) and the sample keys seen
    more than once with the smallest ``sample_id`` of each (exact duplicates are removed across the whole export).
-3. **Shard**: the spill rows in ``sample_id`` order, read in chunks of at most :data:`CHUNK_ROWS` rows and
-   about :data:`CHUNK_BYTES` (ranges
-   of ``sample_id`` cut at exact quantiles), each routed to its shard (``md5_number(episode_id) % shards``) by the
-   writer. Every spill file is sorted by ``sample_id`` with small row groups, so a chunk's range filter reads only
-   the row groups that hold it: one pass, and a sort of one chunk at a time.
+3. **Shard**: bucket by bucket (ranges in order), the bucket's rows sorted by ``sample_id``, each routed to its
+   shard (``md5_number(episode_id) % shards``) by the writer. Each row is read once and each sort holds one
+   bucket (about :data:`BUCKET_BYTES`): the cost is linear in the rows. (The previous layout, one spill file per
+   batch read by ``sample_id`` range, read a row group of every batch file per range: quadratic.)
 
-The output does not depend on the batches (rows are re-sharded by episode and sorted), so it is byte-identical
-to a one-batch export; tests hold that.
+The output does not depend on the batches or buckets (rows are re-sharded by episode and sorted), so it is
+byte-identical to a one-batch export; tests hold that.
 """
 
 from __future__ import annotations
@@ -29,32 +29,50 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..db import sql_string
+from ..db import ident, sql_string
 from .registry import Kind
-from .writer import DUP, SHARD
+from .writer import DUP, SHARD, _conform, _plain_type
 
 DEFAULT_BATCH_EPISODES = 500
-CHUNK_ROWS = 8192  # rows a phase-3 query sorts, at most
-CHUNK_BYTES = 64 << 20  # and about this many uncompressed bytes
+WORKERS = 2  # batches computed at once (threads, one DuckDB cursor each)
+BUCKET_BYTES = 128 << 20  # Arrow bytes a spill bucket holds, about: what one phase-3 sort holds
+MAX_BUCKETS = 4096  # open bucket files, at most (past it buckets grow and their sorts spill)
+PENDING_BYTES = 64 << 20  # rows routed to buckets but not written yet, at most (then every bucket is flushed)
 SHADOW_MEMORY = "512MB"  # DuckDB's memory while the base rows are sorted by batch (once per export)
-SPILL_ROW_GROUP = 2048  # small row groups: tight sample_id ranges in the spill files' statistics
+SHADOW_ROW_GROUP = 2048  # rows per row group of the sorted base copies: a batch reads its own groups only
+SPILL_ROW_GROUP = 2048  # rows per Arrow batch out of a batch's query, and per bucket row group (at least)
 # The base views the export views read whose rows belong to one episode: shadowed per batch.
 SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
 KEY = "__key"
 
 
-def batch_episodes() -> int:
-    """Episodes per batch: ``SHOPSIM_WH_EXPORT_BATCH_EPISODES`` or :data:`DEFAULT_BATCH_EPISODES`."""
-    raw = os.environ.get("SHOPSIM_WH_EXPORT_BATCH_EPISODES")
+def workers() -> int:
+    """Batches computed at once (each on its own cursor): ``SHOPSIM_WH_EXPORT_THREADS`` or :data:`WORKERS`.
+    A batch's queries are too small for DuckDB to spread over cores (one row group each), so the batches are."""
+    return _positive_env("SHOPSIM_WH_EXPORT_THREADS", WORKERS)
+
+
+def _positive_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
     try:
-        n = int(raw) if raw else DEFAULT_BATCH_EPISODES
+        n = int(raw) if raw else default
     except ValueError:
         n = 0
     if n < 1:
         from .registry import ExportError
 
-        raise ExportError(f"SHOPSIM_WH_EXPORT_BATCH_EPISODES must be a positive integer, not {raw!r}")
+        raise ExportError(f"{name} must be a positive integer, not {raw!r}")
     return n
+
+
+def spill_bucket_bytes() -> int:
+    """Arrow bytes per spill bucket: ``SHOPSIM_WH_EXPORT_BUCKET_BYTES`` or :data:`BUCKET_BYTES`."""
+    return _positive_env("SHOPSIM_WH_EXPORT_BUCKET_BYTES", BUCKET_BYTES)
+
+
+def batch_episodes() -> int:
+    """Episodes per batch: ``SHOPSIM_WH_EXPORT_BATCH_EPISODES`` or :data:`DEFAULT_BATCH_EPISODES`."""
+    return _positive_env("SHOPSIM_WH_EXPORT_BATCH_EPISODES", DEFAULT_BATCH_EPISODES)
 
 
 def plan(con, spec: Kind, per_batch: int) -> int:
@@ -85,10 +103,30 @@ def shadow(con, db: str, spill: Path, memory: str | None = None) -> None:
                 SELECT t.*, p.batch AS __batch FROM {db}.main.{name} AS t
                 JOIN export_batch_plan AS p ON p.run_id = t.run_id AND p.episode_id = t.episode_id
                 ORDER BY p.batch) TO {sql_string(str(base / (name + '.parquet')))}
-                (FORMAT parquet, ROW_GROUP_SIZE {SPILL_ROW_GROUP})""")
+                (FORMAT parquet, ROW_GROUP_SIZE {SHADOW_ROW_GROUP})""")
     finally:
         con.execute("SET preserve_insertion_order = false")
         con.execute(f"SET memory_limit = {sql_string(limit)}")
+
+
+def share_staging(con, spill: Path) -> list[tuple[str, Path]]:
+    """Copy the connection's TEMP ``stg_`` tables (small warehouse tables held in memory, db.install_views) to
+    Parquet in ``spill``, so that another cursor, which cannot see this connection's TEMP tables, can read them
+    (:func:`use_staging`). Returns (name, file) pairs."""
+    base = spill / "base"
+    base.mkdir(exist_ok=True)
+    out = []
+    for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name LIKE 'stg\\_%' "
+                               "ESCAPE '\\' ORDER BY 1").fetchall():
+        path = base / f"{name}.parquet"
+        con.execute(f"COPY temp.main.{ident(name)} TO {sql_string(str(path))} (FORMAT parquet)")
+        out.append((name, path))
+    return out
+
+
+def use_staging(cur, shared: list[tuple[str, Path]]) -> None:
+    for name, path in shared:
+        cur.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT * FROM read_parquet({sql_string(str(path))})")
 
 
 def unshadow(con) -> None:
@@ -123,15 +161,11 @@ def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str]) -> 
     return f"SELECT *{extra}, {sample_key(spec)} AS {KEY}{tail} FROM {spec.view} {filt} ORDER BY sample_id"
 
 
-def spill_batch(con, spec: Kind, query: str, path: Path, fmt: str, params: dict) -> None:
-    """Write one batch's rows to ``path``: DuckDB's COPY for SQL kinds, the record builder for record kinds."""
+def batch_reader(con, spec: Kind, query: str, fmt: str, params: dict) -> pa.RecordBatchReader:
+    """One batch's rows as Arrow (JSON as ``arrow.json``): DuckDB's for SQL kinds, the record builder's for record
+    kinds."""
     if not spec.record:
-        con.execute("SET preserve_insertion_order = true")  # the file keeps the ORDER BY: sorted row groups
-        try:
-            con.execute(f"COPY ({query}) TO {sql_string(str(path))} (FORMAT parquet, ROW_GROUP_SIZE {SPILL_ROW_GROUP})")
-        finally:
-            con.execute("SET preserve_insertion_order = false")
-        return
+        return con.sql(query).to_arrow_reader(SPILL_ROW_GROUP)
     from .records import record_batches
 
     reader = record_batches(con, query, spec.record, fmt, reasoning=bool(params["export_include_reasoning"]),
@@ -144,61 +178,125 @@ def spill_batch(con, spec: Kind, query: str, path: Path, fmt: str, params: dict)
             return pa.nulls(batch.num_rows, schema.field(name).type)
         return batch.column(name)
 
-    with pq.ParquetWriter(path, schema) as w:
-        for batch in reader:
-            w.write_batch(pa.RecordBatch.from_arrays([column(batch, n) for n in keep], schema=schema),
-                          row_group_size=SPILL_ROW_GROUP)
+    return pa.RecordBatchReader.from_batches(schema, (
+        pa.RecordBatch.from_arrays([column(b, n) for n in keep], schema=schema) for b in reader))
 
 
-def count(con, files: list[Path]) -> tuple[int, list[str]]:
-    """(rows in the spill files, the ``sample_id`` chunk bounds); fills TEMP TABLE export_dupkeys (sample keys seen
-    more than once, with the ``sample_id`` kept: the smallest)."""
+class Spill:
+    """Phase 1's output: every row once, in buckets of ``sample_id`` ranges (bucket i < bucket i + 1), one
+    Parquet file per bucket, so that phase 3 reads each row once (one bucket at a time, sorted) however many
+    batches there were. The bounds are quantiles of the first non-empty batch's ``sample_id`` (batches are random
+    shares of the episodes), their number such that a bucket holds about ``bucket_bytes`` (that batch's Arrow
+    size times the number of batches); a bucket larger than planned only makes its sort spill."""
+
+    def __init__(self, folder: Path, n_batches: int, bucket_bytes: int | None = None):
+        self.folder, self.n_batches = folder, n_batches
+        self.bucket_bytes = bucket_bytes or spill_bucket_bytes()
+        self.schema: pa.Schema | None = None
+        self.bounds: list[str] | None = None
+        self.writers: dict[int, pq.ParquetWriter] = {}
+        self.pending: dict[int, list[pa.RecordBatch]] = {}
+        self.pending_bytes = 0
+
+    def path(self, i: int) -> Path:
+        return self.folder / f"bucket-{i:05d}.parquet"
+
+    def add(self, table: pa.Table) -> None:
+        """Route one batch's rows (any order) to their buckets."""
+        if self.schema is None:
+            self.schema = pa.schema([f.with_type(_plain_type(f.type)) for f in table.schema])
+        if table.num_rows == 0:
+            return
+        if self.bounds is None:
+            self._plan(table)
+        for batch in table.to_batches(SPILL_ROW_GROUP):
+            if batch.num_rows:
+                self._route(_conform(batch, self.schema))
+        if self.pending_bytes > PENDING_BYTES:
+            for i in list(self.pending):
+                self._flush(i)
+
+    def _plan(self, table: pa.Table) -> None:
+        ids = sorted(table.column("sample_id").to_pylist())
+        n = max(1, min(MAX_BUCKETS, math.ceil(table.nbytes * self.n_batches / self.bucket_bytes), len(ids)))
+        self.bounds = sorted({ids[i * len(ids) // n] for i in range(1, n)})
+
+    def _route(self, batch: pa.RecordBatch) -> None:
+        import pyarrow.compute as pc
+
+        sid = batch.column("sample_id")
+        bucket = pa.array([0] * batch.num_rows, pa.int32())
+        for b in self.bounds:  # bucket = how many bounds are <= sample_id
+            bucket = pc.add(bucket, pc.cast(pc.greater_equal(sid, b), pa.int32()))
+        if batch.num_rows > 1 and not pc.all(pc.less_equal(bucket[:-1], bucket[1:])).as_py():
+            order = pc.sort_indices(bucket)  # rows come sorted by sample_id from SQL kinds: no copy then
+            batch, bucket = batch.take(order), bucket.take(order)
+        runs = pc.run_end_encode(bucket)
+        start = 0
+        for i, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+            part = batch.slice(start, end - start)
+            self.pending.setdefault(i, []).append(part)
+            self.pending_bytes += part.nbytes
+            if sum(p.num_rows for p in self.pending[i]) >= SPILL_ROW_GROUP:
+                self._flush(i)
+            start = end
+
+    def _flush(self, i: int) -> None:
+        parts = self.pending.pop(i, [])
+        if not parts:
+            return
+        if i not in self.writers:
+            self.writers[i] = pq.ParquetWriter(self.path(i), self.schema, write_statistics=False)
+        table = pa.Table.from_batches(parts, self.schema)
+        self.writers[i].write_table(table, row_group_size=max(table.num_rows, 1))
+        self.pending_bytes -= sum(p.nbytes for p in parts)
+
+    def close(self) -> list[Path]:
+        """The bucket files in ``sample_id`` order (one empty file with the schema when no row came)."""
+        for i in list(self.pending):
+            self._flush(i)
+        for w in self.writers.values():
+            w.close()
+        if not self.writers:  # no row: one empty file (empty_table cannot build extension arrays)
+            pq.ParquetWriter(self.path(0), self.schema).close()
+            return [self.path(0)]
+        return [self.path(i) for i in sorted(self.writers)]
+
+
+def count(con, files: list[Path]) -> int:
+    """The rows in the spill files; fills TEMP TABLE export_dupkeys (sample keys seen more than once, with the
+    ``sample_id`` kept: the smallest)."""
     src = _source(files)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE export_dupkeys AS
         SELECT {KEY}, min(sample_id) AS keep FROM {src} GROUP BY {KEY} HAVING count(*) > 1""")
-    total = con.execute(f"SELECT count(*) FROM {src}").fetchone()[0]
-    raw = sum(_raw_bytes(f) for f in files)
-    chunk = max(64, min(CHUNK_ROWS, CHUNK_BYTES * max(total, 1) // max(raw, 1)))
-    bounds = [r[0] for r in con.execute(f"""
-        SELECT sample_id FROM (SELECT sample_id, row_number() OVER (ORDER BY sample_id) AS rn FROM {src})
-        WHERE rn % {chunk} = 1 AND rn > 1 ORDER BY sample_id""").fetchall()]
-    return total, sorted(set(bounds))
-
-
-def _raw_bytes(path: Path) -> int:
-    md = pq.ParquetFile(path).metadata
-    return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
 def _source(files: list[Path]) -> str:
     return "read_parquet([" + ", ".join(sql_string(str(f)) for f in files) + "])"
 
 
-def ordered_reader(con, files: list[Path], n_shards: int, bounds: list[str], batch_rows: int) -> pa.RecordBatchReader:
+def ordered_reader(con, files: list[Path], n_shards: int, batch_rows: int) -> pa.RecordBatchReader:
     """Every spill row in ``sample_id`` order with its ``__shard`` and ``__dup`` (2 = a later exact duplicate of a
-    sample key, counted and dropped by the writer), one ``sample_id`` range per query."""
-    src = _source(files)
-    edges = [None, *bounds, None]
+    sample key, counted and dropped by the writer): one query per bucket file, each row read once."""
 
-    def query(lo, hi) -> str:
-        cond = " AND ".join([*([f"r.sample_id >= {sql_string(lo)}"] if lo is not None else []),
-                             *([f"r.sample_id < {sql_string(hi)}"] if hi is not None else [])]) or "true"
+    def query(path: Path) -> str:
         return f"""
             SELECT r.* EXCLUDE ({KEY}),
                    CAST(md5_number(CAST(r.episode_id AS VARCHAR)) % {int(n_shards)} AS INTEGER) AS {SHARD},
                    CASE WHEN d.keep IS NOT NULL AND r.sample_id <> d.keep THEN 2 ELSE 1 END AS {DUP}
-            FROM {src} AS r
+            FROM read_parquet({sql_string(str(path))}) AS r
             LEFT JOIN export_dupkeys AS d ON d.{KEY} = r.{KEY}
-            WHERE {cond}
             ORDER BY r.sample_id"""
 
-    def reader(i: int) -> pa.RecordBatchReader:
-        return con.sql(query(edges[i], edges[i + 1])).to_arrow_reader(batch_rows)
-
-    first = reader(0)
+    schema = con.sql(query(files[0]) + " LIMIT 0").to_arrow_table().schema
 
     def gen() -> Iterator[pa.RecordBatch]:
-        for i in range(len(edges) - 1):
-            yield from (first if i == 0 else reader(i))
+        for path in files:
+            reader = con.sql(query(path)).to_arrow_reader(batch_rows)
+            try:
+                yield from reader
+            finally:
+                reader.close()
 
-    return pa.RecordBatchReader.from_batches(first.schema, gen())
+    return pa.RecordBatchReader.from_batches(schema, gen())

@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -212,33 +213,93 @@ def _columns(con, spec) -> list[str]:
 
 
 def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, memory) -> list[Path]:
-    """Phase 1 (see batches.py): the kind's rows, one spill file per batch of episodes."""
+    """Phase 1 (see batches.py): the kind's rows, batch by batch of episodes, into the spill's buckets. Batches
+    run on :func:`batches.workers` cursors at once (each with its own TEMP tables and variables); the output does
+    not depend on the order they finish in (phase 3 sorts)."""
     import duckdb
 
     n_batches = batches.plan(con, spec, batches.batch_episodes())
     if n_batches > 1:
         batches.shadow(con, ident(con.execute("SELECT current_database()").fetchone()[0]), spill, memory)
     query = batches.compute_sql(spec, expr, format, columns)
-    files = []
-    for b in range(n_batches):
+    out = batches.Spill(spill, n_batches)
+    lock = threading.Lock()
+    scope = [r[0] for r in con.execute("SELECT run_id FROM export_scope").fetchall()]
+
+    def run(cur, b: int) -> None:
         if n_batches > 1:
-            batches.select_batch(con, spill, b)
-        prepare(con, spec, blocks)
-        path = spill / f"batch-{b:05d}.parquet"
-        try:
-            batches.spill_batch(con, spec, query, path, format, params)
-        except (duckdb.BinderException, duckdb.ParserException, duckdb.ConversionException) as exc:
-            # a bad expression surfaces here, from DuckDB's binder
-            raise ExportError(f"cannot read kind {spec.name} with --where {expr!r}: {exc}; "
-                              f"fix the expression (filter columns: {', '.join(spec.filters)})") from exc
-        except duckdb.OutOfMemoryException as exc:
-            raise ExportError(f"kind {spec.name} ran out of memory ({exc}); raise SHOPSIM_WH_EXPORT_MEMORY, lower "
-                              "SHOPSIM_WH_EXPORT_BATCH_EPISODES or export fewer runs at a time (--runs)") from exc
-        files.append(path)
+            batches.select_batch(cur, spill, b)
+        prepare(cur, spec, blocks)
+        table = batches.batch_reader(cur, spec, query, format, params).read_all()
+        with lock:
+            out.add(table)
+
+    workers = min(batches.workers(), n_batches)
+    shared = batches.share_staging(con, spill) if workers > 1 else []
+
+    def cursor():
+        cur = con.cursor()
+        cur.execute("SET enable_progress_bar = false")
+        batches.use_staging(cur, shared)
+        bind_params(cur, params)
+        cur.execute("CREATE OR REPLACE TEMP TABLE export_scope (run_id VARCHAR)")
+        if scope:
+            cur.executemany("INSERT INTO export_scope VALUES (?)", [[r] for r in scope])
+        cur.execute("CREATE OR REPLACE TEMP TABLE export_decisions_wanted (run_id VARCHAR, episode_id VARCHAR, "
+                    "agent_id VARCHAR, step_idx INTEGER)")  # as sql/exports/00_export_scope.sql (TEMP: per cursor)
+        cur.execute("SET arrow_lossless_conversion = true")
+        return cur
+
+    try:
+        if workers == 1:
+            con.execute("SET arrow_lossless_conversion = true")  # JSON crosses as arrow.json: the spill keeps it
+            for b in range(n_batches):
+                run(con, b)
+        else:
+            _parallel(cursor, run, n_batches, workers)
+    except (duckdb.BinderException, duckdb.ParserException, duckdb.ConversionException) as exc:
+        # a bad expression surfaces here, from DuckDB's binder
+        raise ExportError(f"cannot read kind {spec.name} with --where {expr!r}: {exc}; "
+                          f"fix the expression (filter columns: {', '.join(spec.filters)})") from exc
+    except duckdb.OutOfMemoryException as exc:
+        raise ExportError(f"kind {spec.name} ran out of memory ({exc}); raise SHOPSIM_WH_EXPORT_MEMORY, lower "
+                          "SHOPSIM_WH_EXPORT_BATCH_EPISODES or SHOPSIM_WH_EXPORT_THREADS, or export fewer runs at a "
+                          "time (--runs)") from exc
+    files = out.close()
     batches.unshadow(con)
     for name in blocks:
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
     return files
+
+
+def _parallel(cursor, run, n_batches: int, workers: int) -> None:
+    """``run(cur, b)`` for every batch ``b``, on ``workers`` threads, each with its own ``cursor()``; the first
+    error stops the others (they finish their current batch) and is raised."""
+    todo = iter(range(n_batches))
+    lock = threading.Lock()
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        cur = cursor()
+        try:
+            while not failed:
+                with lock:
+                    b = next(todo, None)
+                if b is None:
+                    return
+                run(cur, b)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            failed.append(exc)
+        finally:
+            cur.close()
+
+    threads = [threading.Thread(target=work, name=f"export-batch-{i}") for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        raise failed[0]
 
 
 def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot,
@@ -246,11 +307,11 @@ def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, se
     memory = _memory_config("")["memory_limit"] if root is not None else None  # ours: the configured cap
     columns = _columns(con, spec)
     files = _compute(con, spec, spill, format, expr, params, blocks, columns, memory)
-    total, bounds = batches.count(con, files)
+    total = batches.count(con, files)
     n_shards = max(1, math.ceil(total / shard_rows))
     out.mkdir(parents=True, exist_ok=True)
     con.execute("SET arrow_lossless_conversion = true")  # JSON leaves as arrow.json -> Parquet JSON logical type
-    reader = batches.ordered_reader(con, files, n_shards, bounds, BATCH_ROWS)
+    reader = batches.ordered_reader(con, files, n_shards, BATCH_ROWS)
     columns = [n for n in reader.schema.names if not n.startswith("__")]
     done = 0
 
@@ -263,6 +324,7 @@ def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, se
     try:
         stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
     except BaseException:
+        reader.close()  # releases the bucket query DuckDB still holds open
         for tmp in out.glob(".tmp-*"):
             tmp.unlink()
         raise

@@ -1,6 +1,6 @@
 """Shard writing: stream record batches from DuckDB into deterministic shards (temporary names, renamed at the end).
 
-Rows arrive ordered by (shard, sample_id) with a duplicate rank; the writer drops ranks above 1 (counted),
+Rows arrive in sample_id order with their shard and a duplicate rank; the writer drops ranks above 1 (counted),
 cuts fixed-size row groups (so the bytes do not depend on DuckDB's batch boundaries) and hashes each file.
 """
 
@@ -116,6 +116,8 @@ def _plain(arr: pa.Array, t: pa.DataType) -> pa.Array:
     if isinstance(arr, pa.ChunkedArray):
         return pa.chunked_array([_plain(c, t) for c in arr.chunks], t)
     if pa.types.is_list(t):
+        if arr.offset:  # from_arrays refuses a slice's offsets with a null mask: copy the slice
+            arr = pa.concat_arrays([arr])
         return pa.ListArray.from_arrays(arr.offsets, _plain(arr.values, t.value_type), type=t, mask=arr.is_null())
     return arr.storage.cast(t) if isinstance(arr, pa.ExtensionArray) else arr.cast(t)
 
@@ -152,8 +154,14 @@ def write_shards(reader: pa.RecordBatchReader, out: Path, n_shards: int, fmt: st
             stats.tasks.add((run, task))
         if track_split:
             stats.splits.update(batch.column("split").to_pylist())
+        if len(set(shard)) > 1:  # rows are in sample_id order: group them by shard, in that order (stable sort)
+            import pyarrow.compute as pc
+
+            order = pc.sort_indices(batch.column(SHARD))
+            batch = batch.take(order)
+            shard = batch.column(SHARD).to_pylist()
         start = 0
-        while start < len(shard):  # rows are ordered by shard: cut the batch at shard changes
+        while start < len(shard):  # cut the batch at shard changes: one part per shard
             end = start
             while end < len(shard) and shard[end] == shard[start]:
                 end += 1
