@@ -39,7 +39,7 @@ EXPORT_VARIABLES = {
     "export_window": "BIGINT", "export_max_tokens": "BIGINT", "export_include_reasoning": "BOOLEAN",
     "export_include_persona": "BOOLEAN", "export_gamma": "DOUBLE", "export_min_margin": "DOUBLE",
     "export_min_step_margin": "DOUBLE", "export_max_pairs": "BIGINT", "export_prm_threshold": "DOUBLE",
-    "export_decisions_subset": "BOOLEAN",
+    "export_decisions_subset": "BOOLEAN", "export_tool_version": "STRING",
 }
 
 

@@ -12,8 +12,9 @@ rows at a time: fine for the exports of a run, not for a whole fleet at once. A 
 (preference) computes every decision's context on Spark (DuckDB's exporter computes only the pairs'): the same
 rows, more work.
 
-Record kinds (``shopsimrl-v4``, ``atif``) are assembled per episode in Python from DuckDB and are not offered here
-(:data:`UNSUPPORTED_KINDS`).
+Record kinds (``shopsimrl-v4``, ``atif``) are not offered here (:data:`UNSUPPORTED_KINDS`): their views run on
+Spark with DuckDB's rows, but ``export/records.py`` finishes each record in Python against DuckDB (number
+re-spelling, the privacy scrub, the dump writer for residual episodes).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from pathlib import Path
 from .export.registry import ExportError, get_kind
 
 UNSUPPORTED_KINDS = {
-    "shopsimrl-v4": "a record kind: shopsim_wh/export/records.py assembles each episode in Python from DuckDB",
-    "atif": "a record kind: shopsim_wh/export/records.py assembles each episode in Python from DuckDB",
+    "shopsimrl-v4": "a record kind: its view runs on Spark, but shopsim_wh/export/records.py finishes the records against DuckDB",
+    "atif": "a record kind: its view runs on Spark, but shopsim_wh/export/records.py finishes the records against DuckDB",
 }
 
 

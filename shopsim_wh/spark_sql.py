@@ -348,6 +348,9 @@ def _json_path_args(tr: Translator, node: exp.Expression) -> tuple[exp.Expressio
 
 @handles("JSONExtract")
 def _json_extract(tr: Translator, node: exp.Expression) -> exp.Expression:
+    if isinstance(node.expression, exp.Array):  # json_extract(doc, ['$.a', '$.b']): the list of each path's value
+        return exp.Array(expressions=[_json_extract(tr, exp.JSONExtract(this=node.this, expression=p))
+                                      for p in node.expression.expressions])
     doc, path = _json_path_args(tr, node)
     # a string value re-quoted from the VARIANT; anything else as get_json_object returns it (the source's key
     # order and number spelling, as DuckDB keeps them; VARIANT would sort keys and respell numbers)
@@ -356,6 +359,13 @@ def _json_extract(tr: Translator, node: exp.Expression) -> exp.Expression:
     return tmpl("""CASE schema_of_variant(variant_get(try_parse_json(_0), _1))
         WHEN 'STRING' THEN to_json(variant_get(try_parse_json(_0), _1)) WHEN 'VOID' THEN 'null'
         ELSE get_json_object(_0, _1) END""", doc, path)
+
+
+@handles("fn:json_exists")
+def _json_exists(tr: Translator, node: exp.Anonymous) -> exp.Expression:
+    """``json_exists(doc, path)``: ``json_extract(doc, path) IS NOT NULL`` (a JSON null there exists: 'null')."""
+    doc, path = node.expressions
+    return tmpl("_0 IS NOT NULL", _json_extract(tr, exp.JSONExtract(this=doc, expression=path)))
 
 
 @handles("JSONExtractScalar")
@@ -451,6 +461,48 @@ def _lgamma(tr: Translator, node: exp.Anonymous) -> exp.Expression:
     = the sum of ln(i) for i in 1..x-1."""
     return tmpl("aggregate(sequence(1, greatest(CAST(_0 AS BIGINT) - 1, 1)), CAST(0 AS DOUBLE), (acc, i) -> acc + ln(i))",
                 tr.sub(node.expressions[0]))
+
+
+@handles("First")
+def _first(tr: Translator, node: exp.First) -> exp.Expression:
+    """DuckDB's ordered ``first(v ORDER BY k [DESC])`` (the value, NULL or not, of the row first in that order) ->
+    ``min_by(v, k)`` / ``max_by(v, k)``; a plain ``first(v)`` is left as it is."""
+    if not isinstance(node.this, exp.Order):
+        node = node.copy()
+        node.set("this", tr.sub(node.this))
+        return node
+    (key,) = node.this.expressions  # one sort key: what the shipped SQL uses
+    fn = "max_by" if key.args.get("desc") else "min_by"
+    return tmpl(f"{fn}(_0, _1)", tr.sub(node.this.this), tr.sub(key.this))
+
+
+@handles("fn:timezone")
+def _timezone(tr: Translator, node: exp.Anonymous) -> exp.Expression:
+    """``timezone(ts)`` (the session time zone's UTC offset at ts, in seconds) -> the difference between ts rendered
+    in the session zone and ts itself."""
+    (ts,) = node.expressions
+    return tmpl("(unix_micros(from_utc_timestamp(_0, current_timezone())) - unix_micros(_0)) DIV 1000000", tr.sub(ts))
+
+
+_STRFTIME = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss", "%f": "SSSSSS", "%%": "%"}
+
+
+@handles("TimeToStr")
+def _strftime(tr: Translator, node: exp.TimeToStr) -> exp.Expression:
+    """``strftime(ts, '%Y-%m-%dT%H:%M:%S')`` -> ``date_format(ts, "yyyy-MM-dd'T'HH:mm:ss")``: sqlglot leaves the
+    ``T`` unquoted, which Java's formatter refuses; literal text is quoted here, ``%f`` is microseconds."""
+    fmt = node.args["format"]
+    if not isinstance(fmt, exp.Literal):
+        raise ValueError("strftime with a computed format has no Spark form here")
+    out = []
+    for part in re.split(r"(%.)", fmt.this):
+        if part in _STRFTIME:
+            out.append(_STRFTIME[part])
+        elif part.startswith("%"):
+            raise ValueError(f"strftime {part} has no Spark form here (add it to spark_sql._STRFTIME)")
+        elif part:
+            out.append("'" + part.replace("'", "''") + "'" if re.search(r"[A-Za-z']", part) else part)
+    return tmpl("date_format(_0, _1)", tr.sub(node.this), exp.Literal.string("".join(out)))
 
 
 @handles("Select")
