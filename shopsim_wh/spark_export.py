@@ -152,11 +152,13 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
     try:  # the DuckDB exporter's phases 2 and 3 (batches.py) over the rows Spark computed, as one batch
         con.register(spec.view, table)
         con.execute("SET arrow_lossless_conversion = true")
-        files = [spill / "batch-00000.parquet"]
-        batches.spill_batch(con, spec, batches.compute_sql(spec, None, format, columns), files[0], format, params)
-        total, bounds = batches.count(con, files)
+        buckets = batches.Spill(spill, 1)
+        query = batches.compute_sql(spec, None, format, columns)
+        buckets.add(batches.batch_reader(con, spec, query, format, params).read_all())
+        files = buckets.close()
+        total = batches.count(con, files)
         n_shards = max(1, math.ceil(total / shard_rows))
-        reader = batches.ordered_reader(con, files, n_shards, bounds, BATCH_ROWS)
+        reader = batches.ordered_reader(con, files, n_shards, BATCH_ROWS)
         done = 0
 
         def tick(n: int) -> None:

@@ -23,7 +23,7 @@ from .spark_support import canonical_rows, diff
 
 pytestmark = [pytest.mark.skipif(shutil.which("java") is None,
                                  reason="Spark needs a Java runtime (CI: apt-get install openjdk-17-jre-headless)"),
-              pytest.mark.xdist_group("spark")]  # one JVM and one warehouse: the file runs on one worker
+              ]  # one JVM and one warehouse: `--dist loadfile` (pyproject) keeps the file on one worker
 
 REPO = Path(__file__).resolve().parents[1]
 

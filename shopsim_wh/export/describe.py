@@ -156,11 +156,15 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
   smallest `sample_id` stays) and counted.
 - **Bounded memory, one evaluation**: the kind is computed once, per batch of about 500 episodes
   (`SHOPSIM_WH_EXPORT_BATCH_EPISODES`; episodes by md5 of their id, or whole tasks for the kinds that compare
-  the rollouts of a task: `preference`, `prm`), each batch's rows going to a spill file sorted by `sample_id`
-  in a private temporary directory (removed afterwards). The rows are then counted (which sizes the shards),
-  read back in `sample_id` order a few thousand rows at a time, and routed to their shards. The shards do not
-  depend on the batch size (tested), and peak memory follows the batch, not the warehouse.
-  `SHOPSIM_WH_EXPORT_MEMORY` (e.g. `2GB`) caps DuckDB's memory.
+  the rollouts of a task: `preference`, `prm`), two batches at a time (`SHOPSIM_WH_EXPORT_THREADS`, each on its
+  own DuckDB cursor: one batch's queries are too small for DuckDB to spread over cores). Each batch's rows are
+  routed by `sample_id` range to spill buckets (one Parquet file per range, about 128 MB of rows each:
+  `SHOPSIM_WH_EXPORT_BUCKET_BYTES`) in a private temporary directory (removed afterwards). The rows are then
+  counted (which sizes the shards) and read back bucket by bucket, each bucket sorted by `sample_id`, and
+  routed to their shards: every row is written and read once, so the cost grows linearly with the warehouse.
+  The shards do not depend on the batch size, the bucket size or the order batches finish in (tested), and
+  peak memory follows the batch and the bucket, not the warehouse. `SHOPSIM_WH_EXPORT_MEMORY` (e.g. `2GB`)
+  caps DuckDB's memory.
 
 ## Selection rules
 
