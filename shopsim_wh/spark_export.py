@@ -20,7 +20,6 @@ re-spelling, the privacy scrub, the dump writer for residual episodes).
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -97,9 +96,9 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
     import pyarrow as pa
 
     from .export import batches
-    from .export.core import BATCH_ROWS, FORMATS, ExportResult, _manifest, blocks_of
+    from .export.core import FORMATS, ExportResult, _manifest, blocks_of, shard_spill
     from .export.scope import select_runs, where_clause
-    from .export.writer import publish, write_shards
+    from .export.writer import publish
     from .spark import needed, register, session
     from .spark_sql import oracle
     from .warehouse import Warehouse
@@ -156,23 +155,7 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
         query = batches.compute_sql(spec, None, format, columns)
         buckets.add(batches.batch_reader(con, spec, query, format, params).read_all())
         files = buckets.close()
-        total = batches.count(con, files)
-        n_shards = max(1, math.ceil(total / shard_rows))
-        reader = batches.ordered_reader(con, files, n_shards, BATCH_ROWS)
-        done = 0
-
-        def tick(n: int) -> None:
-            nonlocal done
-            done += n
-            if progress:
-                progress(done, total)
-
-        try:
-            stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
-        except BaseException:
-            for tmp in out.glob(".tmp-*"):
-                tmp.unlink()
-            raise
+        total, n_shards, _, stats = shard_spill(con, files, out, shard_rows, format, progress)
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)

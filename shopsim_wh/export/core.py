@@ -302,11 +302,11 @@ def _parallel(cursor, run, n_batches: int, workers: int) -> None:
         raise failed[0]
 
 
-def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot,
-         root, blocks, progress, t0) -> ExportResult:
-    memory = _memory_config("")["memory_limit"] if root is not None else None  # ours: the configured cap
-    columns = _columns(con, spec)
-    files = _compute(con, spec, spill, format, expr, params, blocks, columns, memory)
+
+def shard_spill(con, files: list[Path], out: Path, shard_rows: int, format: str, progress) -> tuple:
+    """Phases 2 and 3 (batches.py) over the spill's bucket files: count (sizing the shards), then every row in
+    ``sample_id`` order to its shard. Returns (rows, shards, the kind's columns, the writer's stats); on failure
+    no temporary shard is left behind. The DuckDB and Spark exporters both end here."""
     total = batches.count(con, files)
     n_shards = max(1, math.ceil(total / shard_rows))
     out.mkdir(parents=True, exist_ok=True)
@@ -328,6 +328,14 @@ def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, se
         for tmp in out.glob(".tmp-*"):
             tmp.unlink()
         raise
+    return total, n_shards, columns, stats
+
+def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot,
+         root, blocks, progress, t0) -> ExportResult:
+    memory = _memory_config("")["memory_limit"] if root is not None else None  # ours: the configured cap
+    columns = _columns(con, spec)
+    files = _compute(con, spec, spill, format, expr, params, blocks, columns, memory)
+    total, n_shards, columns, stats = shard_spill(con, files, out, shard_rows, format, progress)
     if "split" not in columns:
         stats.splits = _splits_of(con, stats)
     publish(out, stats)
