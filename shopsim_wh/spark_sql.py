@@ -471,7 +471,10 @@ def _first(tr: Translator, node: exp.First) -> exp.Expression:
         node = node.copy()
         node.set("this", tr.sub(node.this))
         return node
-    (key,) = node.this.expressions  # one sort key: what the shipped SQL uses
+    if len(node.this.expressions) != 1:  # min_by/max_by take one key; a struct key would change NULL ordering
+        raise ValueError(f"first(... ORDER BY ...) with {len(node.this.expressions)} sort keys has no Spark form here: "
+                         "order by one key (e.g. a computed composite) in the view's SQL")
+    (key,) = node.this.expressions
     fn = "max_by" if key.args.get("desc") else "min_by"
     return tmpl(f"{fn}(_0, _1)", tr.sub(node.this.this), tr.sub(key.this))
 
