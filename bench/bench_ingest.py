@@ -9,7 +9,6 @@
 and ~46 KB per episode with reasoning and persona, many small fields; beyond 2,000 episodes the runner's
 2,000-episode warehouse is copied under new sample ids) and re-emitted by ``export shopsimrl-v4 --format jsonl``
 (the export is timed too: its output MB/s and MB per CPU-second, to set against the ingest's input figures).
-``--shadow-memory 5GB`` is needed at 100,000 episodes (the export's base-row sort runs out of its 512 MB).
 
 Generates realistic v4 files in the real ShopSimRL runtime's shape (``shopsim_wh.ingest.synth_v4``: ~15 steps,
 KB-sized Chinese observations and reasoning, tool schemas built from observation_state, Python-json
@@ -142,9 +141,6 @@ import json, resource, shutil, sys, time
 from pathlib import Path
 from shopsim_wh.export import export
 wh, out = sys.argv[1], Path(sys.argv[2])
-if len(sys.argv) > 3:  # --shadow-memory: the one-time sort of the base rows by batch (batches.SHADOW_MEMORY)
-    from shopsim_wh.export import batches
-    batches.SHADOW_MEMORY = sys.argv[3]
 shutil.rmtree(out, ignore_errors=True)
 t = time.perf_counter()
 r = export("shopsimrl-v4", wh, out, format="jsonl", shard_rows=10**9, include_reasoning=True, include_persona=True)
@@ -230,10 +226,10 @@ def runner_warehouse(work: Path, n: int) -> Path:
     return wh
 
 
-def runner_v4(work: Path, n: int, shadow_memory: str | None = None) -> tuple[Path, dict]:
+def runner_v4(work: Path, n: int) -> tuple[Path, dict]:
     """The runner-shape v4 file of n episodes (runner warehouse cached in ``work``) and the export's figures."""
     wh = runner_warehouse(work, n)
-    exp = run(EXPORT_V4, str(wh), str(work / f"runner-v4-{n}"), *([shadow_memory] if shadow_memory else []))
+    exp = run(EXPORT_V4, str(wh), str(work / f"runner-v4-{n}"))
     return Path(exp["file"]), exp
 
 
@@ -257,8 +253,6 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--runner-v4", type=int, default=0, help="also a runner-shape row of N episodes (see above)")
     ap.add_argument("--workdir", default="/tmp/shopsim-wh-bench")
-    ap.add_argument("--shadow-memory", help="DuckDB memory for the export's one-time sort of the base rows by batch "
-                    "(default batches.SHADOW_MEMORY, 512MB: too little for 100,000 runner episodes, see README)")
     ap.add_argument("--no-naive", action="store_true", help="skip the pandas baseline")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each measurement (best is reported)")
     a = ap.parse_args()
@@ -277,7 +271,7 @@ def main() -> None:
     exported = None
     for label, n in rows:
         if label == "runner-v4":
-            src, exported = runner_v4(work, n, a.shadow_memory)
+            src, exported = runner_v4(work, n)
         else:
             src = work / f"v4real-{n}-{a.steps}.jsonl"  # the real runtime's record shape (issue 9)
             if not src.exists():

@@ -93,3 +93,37 @@ def test_prm_labels_split_across_shards(export_con, tmp_path):
     rows = [r for s in res.shards for r in pq.read_table(tmp_path / "prm" / s["file"]).to_pylist()]
     assert len(rows) == res.rows > 0
     assert all(isinstance(v, bool) for r in rows for v in r["labels"])
+
+
+def test_shadow_gives_each_batch_exactly_its_rows_and_types(export_wh, tmp_path, monkeypatch):
+    """The base rows copied once into one folder per batch (batches.shadow): through a batch's TEMP views a cursor
+    sees exactly the base rows of that batch's episodes, with the base views' column types, however the copy was
+    cut (tiny bounds here: every Arrow batch flushed to files that are closed and reopened as new parts)."""
+    from shopsim_wh.db import connect, ident
+    from shopsim_wh.export import batches
+    from shopsim_wh.export.registry import get_kind
+
+    monkeypatch.setattr(batches, "SHADOW_ROWS", 3)
+    monkeypatch.setattr(batches, "SHADOW_PENDING_BYTES", 1)
+    monkeypatch.setattr(batches, "SHADOW_OPEN_FILES", 2)
+    con = connect(export_wh["root"])
+    con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
+    n = batches.plan(con, get_kind("sft-action"), BATCH)
+    assert n > 3
+    batches.shadow(con, ident(con.execute("SELECT current_database()").fetchall()[0][0]), tmp_path)
+    assert any(len(list(d.glob("part-*.parquet"))) > 1 for d in (tmp_path / "base" / "steps").iterdir() if d.is_dir())
+    cur = con.cursor()
+    seen = dict.fromkeys(batches.SHADOWED, 0)
+    for b in range(n):
+        batches.select_batch(cur, tmp_path, b)
+        for name in batches.SHADOWED:
+            assert cur.execute(f"DESCRIBE {name}").fetchall() == con.execute(f"DESCRIBE {name}").fetchall()
+            want = con.execute(f"SELECT t.* FROM {name} AS t JOIN export_batch_plan AS p ON p.run_id = t.run_id "
+                               f"AND p.episode_id = t.episode_id WHERE p.batch = {b}").fetchall()
+            got = cur.execute(f"SELECT * FROM {name}").fetchall()
+            assert sorted(got, key=repr) == sorted(want, key=repr)
+            seen[name] += len(got)
+    for name, rows in seen.items():  # every scoped row in exactly one batch
+        assert rows == con.execute(f"SELECT count(*) FROM {name} WHERE run_id IN (SELECT run_id FROM export_scope)"
+                                   ).fetchone()[0], name
+    assert seen["steps"] > 0 and seen["observations"] > 0

@@ -3,7 +3,8 @@
 1. **Compute** (each row once). The scoped episodes are split into batches of about ``batch_episodes`` by the
    md5 of the kind's batch key: the episode, or the task for kinds that compare the rollouts of a task
    (``-- batch: task`` in the kind's header: preference, prm). The base views the exports read (:data:`SHADOWED`)
-   are copied once, sorted by batch, and for each batch shadowed by TEMP views over that batch's rows, the
+   are copied once into one folder per batch (streamed, not sorted: :func:`shadow`), and for each batch shadowed
+   by TEMP views over that batch's files alone (its cost does not grow with the warehouse), the
    building blocks are materialized for that batch alone, and the kind's rows (with their JSONL line and an md5
    key over the sample columns) are routed by ``sample_id`` range to the spill's buckets (:class:`Spill`: one
    Parquet file per range, appended to by every batch). A query so holds one batch's conversations: the list and
@@ -38,8 +39,10 @@ WORKERS = 2  # batches computed at once (threads, one DuckDB cursor each)
 BUCKET_BYTES = 128 << 20  # Arrow bytes a spill bucket holds, about: what one phase-3 sort holds
 MAX_BUCKETS = 4096  # open bucket files, at most (past it buckets grow and their sorts spill)
 PENDING_BYTES = 64 << 20  # rows routed to buckets but not written yet, at most (then every bucket is flushed)
-SHADOW_MEMORY = "512MB"  # DuckDB's memory while the base rows are sorted by batch (once per export)
-SHADOW_ROW_GROUP = 2048  # rows per row group of the sorted base copies: a batch reads its own groups only
+SHADOW_ROWS = 2048  # base rows per Arrow batch out of DuckDB, and per row group of a batch's copy (at least)
+SHADOW_PENDING_BYTES = 64 << 20  # base rows routed to batches but not written yet, at most (then all are flushed)
+SHADOW_OPEN_FILES = 256  # batch files open at once while the base rows are copied, at most
+BATCH_COLUMN = "__batch"
 SPILL_ROW_GROUP = 2048  # rows per Arrow batch out of a batch's query, and per bucket row group (at least)
 # The base views the export views read whose rows belong to one episode: shadowed per batch.
 SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
@@ -87,26 +90,93 @@ def plan(con, spec: Kind, per_batch: int) -> int:
     return batches
 
 
-def shadow(con, db: str, spill: Path, memory: str | None = None) -> None:
-    """Copy each :data:`SHADOWED` base view's scoped rows once into ``spill``, sorted by batch in small row
-    groups, so that a batch reads its own rows only (row groups pruned on ``__batch``): one pass over the base
-    tables, not one per batch. The sorts run under :data:`SHADOW_MEMORY` (spilling past it); the memory limit
-    goes back to ``memory`` (default: the current setting) afterwards."""
-    base = spill / "base"
-    base.mkdir(exist_ok=True)
-    limit = memory or con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
-    con.execute("SET preserve_insertion_order = true")  # the files keep the ORDER BY
-    con.execute(f"SET memory_limit = '{SHADOW_MEMORY}'")  # these sorts spill early: memory stays flat
-    try:
-        for name in SHADOWED:
-            con.execute(f"""COPY (
-                SELECT t.*, p.batch AS __batch FROM {db}.main.{name} AS t
-                JOIN export_batch_plan AS p ON p.run_id = t.run_id AND p.episode_id = t.episode_id
-                ORDER BY p.batch) TO {sql_string(str(base / (name + '.parquet')))}
-                (FORMAT parquet, ROW_GROUP_SIZE {SHADOW_ROW_GROUP})""")
-    finally:
-        con.execute("SET preserve_insertion_order = false")
-        con.execute(f"SET memory_limit = {sql_string(limit)}")
+def shadow(con, db: str, spill: Path) -> None:
+    """Copy each :data:`SHADOWED` base view's scoped rows once into ``spill``, one folder per batch
+    (``base/<view>/<batch>/part-<n>.parquet``), so that a batch reads exactly its own files: one pass over the base
+    tables, not one per batch, and no batch opens a file whose size grows with the warehouse. DuckDB streams the
+    rows (scan and join, no sort) as Arrow, and :class:`_Router` sends each to its batch's folder holding at most
+    :data:`SHADOW_PENDING_BYTES` of rows in memory: the copy's memory does not grow with the warehouse (the sort
+    by batch this replaces ran out of memory on rows of several KB)."""
+    for name in SHADOWED:
+        reader = con.sql(f"""SELECT t.*, p.batch AS {BATCH_COLUMN} FROM {db}.main.{name} AS t
+            JOIN export_batch_plan AS p ON p.run_id = t.run_id AND p.episode_id = t.episode_id""").to_arrow_reader(
+            SHADOW_ROWS)
+        router = _Router(spill / "base" / name, reader.schema)
+        try:
+            for batch in reader:
+                router.add(batch)
+        finally:
+            reader.close()
+            router.close()
+
+
+class _Router:
+    """Rows (with their batch in :data:`BATCH_COLUMN`) to ``folder/<batch>/part-<n>.parquet``, without it. A batch's
+    rows wait in memory until they fill a row group (:data:`SHADOW_ROWS`), or until all batches together hold
+    :data:`SHADOW_PENDING_BYTES` (then every batch is flushed); each batch appends to its open file, at most
+    :data:`SHADOW_OPEN_FILES` at once (past it all are closed and later rows go to new parts).
+    ``folder/empty.parquet`` holds the schema alone, for a batch without rows here."""
+
+    def __init__(self, folder: Path, schema: pa.Schema):
+        self.folder = folder
+        self.schema = pa.schema([f for f in schema if f.name != BATCH_COLUMN])
+        self.writers: dict[int, pq.ParquetWriter] = {}
+        self.parts: dict[int, int] = {}
+        self.pending: dict[int, list[pa.RecordBatch]] = {}
+        self.pending_rows: dict[int, int] = {}
+        self.pending_bytes = 0
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.ParquetWriter(folder / "empty.parquet", self.schema).close()
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        import pyarrow.compute as pc
+
+        if batch.num_rows == 0:
+            return
+        key = batch.column(BATCH_COLUMN)
+        rows = batch.select(self.schema.names)
+        order = pc.sort_indices(key)
+        rows, key = rows.take(order), key.take(order)
+        runs = pc.run_end_encode(key)
+        start = 0
+        for b, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+            part = rows.slice(start, end - start)
+            self.pending.setdefault(b, []).append(part)
+            self.pending_rows[b] = self.pending_rows.get(b, 0) + part.num_rows
+            self.pending_bytes += part.nbytes
+            if self.pending_rows[b] >= SHADOW_ROWS:
+                self._flush(b)
+            start = end
+        if self.pending_bytes > SHADOW_PENDING_BYTES:
+            for b in list(self.pending):
+                self._flush(b)
+
+    def _flush(self, b: int) -> None:
+        parts = self.pending.pop(b, [])
+        self.pending_rows.pop(b, None)
+        if not parts:
+            return
+        if b not in self.writers:
+            if len(self.writers) >= SHADOW_OPEN_FILES:
+                self._close_writers()
+            n = self.parts.get(b, 0)
+            self.parts[b] = n + 1
+            folder = self.folder / str(b)
+            folder.mkdir(exist_ok=True)
+            self.writers[b] = pq.ParquetWriter(folder / f"part-{n:05d}.parquet", self.schema, write_statistics=False)
+        table = pa.Table.from_batches(parts, self.schema)
+        self.writers[b].write_table(table, row_group_size=max(table.num_rows, 1))
+        self.pending_bytes -= sum(p.nbytes for p in parts)
+
+    def _close_writers(self) -> None:
+        for w in self.writers.values():
+            w.close()
+        self.writers.clear()
+
+    def close(self) -> None:
+        for b in list(self.pending):
+            self._flush(b)
+        self._close_writers()
 
 
 def share_staging(con, spill: Path) -> list[tuple[str, Path]]:
@@ -137,11 +207,12 @@ def unshadow(con) -> None:
 
 
 def select_batch(con, spill: Path, batch: int) -> None:
-    """Point the :data:`SHADOWED` TEMP views at the rows of ``batch``."""
+    """Point the :data:`SHADOWED` TEMP views at the rows of ``batch`` (its own files, :func:`shadow`)."""
     for name in SHADOWED:
-        path = sql_string(str(spill / "base" / (name + ".parquet")))
+        folder = spill / "base" / name
+        files = folder / str(int(batch)) / "*.parquet" if (folder / str(int(batch))).is_dir() else folder / "empty.parquet"
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS "
-                    f"SELECT * EXCLUDE (__batch) FROM read_parquet({path}) WHERE __batch = {int(batch)}")
+                    f"SELECT * FROM read_parquet({sql_string(str(files))}, hive_partitioning = false)")
 
 
 def sample_key(spec: Kind) -> str:

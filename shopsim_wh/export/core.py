@@ -212,7 +212,7 @@ def _columns(con, spec) -> list[str]:
     return columns
 
 
-def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, memory) -> list[Path]:
+def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> list[Path]:
     """Phase 1 (see batches.py): the kind's rows, batch by batch of episodes, into the spill's buckets. Batches
     run on :func:`batches.workers` cursors at once (each with its own TEMP tables and variables); the output does
     not depend on the order they finish in (phase 3 sorts)."""
@@ -220,7 +220,8 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, memo
 
     n_batches = batches.plan(con, spec, batches.batch_episodes())
     if n_batches > 1:
-        batches.shadow(con, ident(con.execute("SELECT current_database()").fetchone()[0]), spill, memory)
+        db = con.execute("SELECT current_database()").fetchall()[0][0]  # all rows: the result is complete
+        batches.shadow(con, ident(db), spill)
     query = batches.compute_sql(spec, expr, format, columns)
     out = batches.Spill(spill, n_batches)
     lock = threading.Lock()
@@ -332,9 +333,8 @@ def shard_spill(con, files: list[Path], out: Path, shard_rows: int, format: str,
 
 def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot,
          root, blocks, progress, t0) -> ExportResult:
-    memory = _memory_config("")["memory_limit"] if root is not None else None  # ours: the configured cap
     columns = _columns(con, spec)
-    files = _compute(con, spec, spill, format, expr, params, blocks, columns, memory)
+    files = _compute(con, spec, spill, format, expr, params, blocks, columns)
     total, n_shards, columns, stats = shard_spill(con, files, out, shard_rows, format, progress)
     if "split" not in columns:
         stats.splits = _splits_of(con, stats)
