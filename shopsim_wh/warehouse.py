@@ -158,6 +158,47 @@ def stage_parquet(staging_dir: Path, data: pa.Table, compression_level: int = ZS
     return StagedFile(path, data.num_rows)
 
 
+def stage_parquet_tables(staging_dir: Path, schema: pa.Schema, tables: Iterable[pa.Table],
+                         compression_level: int = ZSTD_LEVEL, prefix: str = "part",
+                         group_rows: int = 65_536) -> StagedFile | None:
+    """:func:`stage_parquet` of the concatenation of ``tables`` (each in ``schema``), written as they come:
+    memory holds one row group (``group_rows`` rows), not the file. None when there is no row."""
+    path = Path(staging_dir) / unique_name(prefix)
+    writer, held, rows = None, [], 0
+    dictionary = [c for c in schema.names if c in DICTIONARY_COLUMNS]
+
+    def write(final: bool) -> None:
+        nonlocal writer, held
+        n = sum(t.num_rows for t in held)
+        if not n or (n < group_rows and not final):
+            return
+        if writer is None:
+            writer = pq.ParquetWriter(path, schema, compression="zstd", compression_level=compression_level,
+                                      write_statistics=True, use_dictionary=dictionary)
+        data = pa.concat_tables(held)
+        cut = n if final else n - n % group_rows  # whole row groups; the rest waits for more rows
+        writer.write_table(data.slice(0, cut), row_group_size=group_rows)
+        held = [data.slice(cut)] if cut < n else []
+
+    try:
+        for t in tables:
+            held.append(t)
+            rows += t.num_rows
+            write(final=False)
+        write(final=True)
+        if writer is not None:
+            writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        path.unlink(missing_ok=True)
+        raise
+    if writer is None:
+        return None
+    fs_event("create", path)
+    return StagedFile(path, rows)
+
+
 class Warehouse:
     """A warehouse root (a directory, or ``s3://bucket/prefix``). Cheap to construct; reading never takes a lock."""
 

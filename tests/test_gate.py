@@ -229,3 +229,32 @@ def test_bad_arguments(con):
 def test_accepts_a_warehouse_path(root):
     res = gate(root, BARE, SKILL, bootstrap=10)
     assert res.n_pairs > 800
+
+
+@pytest.mark.parametrize("covariates, extra", [
+    (None, set()),
+    (["skill:skill-read-options", "p.task_id % 2"], set()),
+    ({"b": "CASE WHEN p.B_r_success > 0 THEN 1 ELSE 0 END", "s": "skill:skill-check-budget"}, {"B_r_success"}),
+    (["skill:skill-read-options", "p.R_i * 0 + 1"], "all"),  # '*' may be a star: every column
+    (["skill:skill-read-options", "CASE WHEN len(to_json(p)) > 0 THEN 1 ELSE 0 END"], "all"),  # the whole row
+])
+def test_pairs_table_holds_only_the_columns_the_fit_reads(con, monkeypatch, covariates, extra):
+    """Issue 13: the pairs table holds every pair (480,268 at 1M episodes): only the four columns the fit reads
+    plus those the covariates name, not all 24 of paired_deltas. Same result as with every column."""
+    from shopsim_wh.analytics import gate as gate_mod
+
+    seen = []
+    fit = gate_mod._fit
+
+    def spy(con_, table, *a, **k):
+        seen.append({r[0] for r in con_.execute(f"DESCRIBE {table}").fetchall()})
+        return fit(con_, table, *a, **k)
+
+    monkeypatch.setattr(gate_mod, "_fit", spy)
+    narrow = gate(con, BARE, SKILL, covariates=covariates, bootstrap=50, seed=3)
+    every = {d[0] for d in con.execute("SELECT * FROM paired_deltas(?, ?) LIMIT 0", [BARE, SKILL]).description}
+    assert seen[0] == (every if extra == "all" else {"task_id", "sample_id", "delta", "skills"} | extra)
+    monkeypatch.setattr(gate_mod, "_pair_columns", lambda *a: "*")
+    wide = gate(con, BARE, SKILL, covariates=covariates, bootstrap=50, seed=3)
+    assert seen[1] == every and len(every) > 20
+    assert narrow.to_dict(full=True) == wide.to_dict(full=True)

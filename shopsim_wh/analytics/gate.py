@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -197,6 +198,32 @@ def check_pairable(con: duckdb.DuckDBPyConnection, bare_run: str, treatment_run:
 
 
 # ------------------------------------------------------------------------------------------------ covariates
+
+FIT_COLUMNS = ("task_id", "sample_id", "delta", "skills")  # what the fit reads besides the covariates' columns
+_WHOLE_ROW = re.compile(r"\*|\bcolumns\s*\(|\bp\b(?!\s*\.)", re.IGNORECASE)  # may read columns it does not name
+
+
+def _pair_columns(con, bare_run: str, treatment_run: str, covariates) -> str:
+    """The select list of the pairs table: :data:`FIT_COLUMNS` plus the ``paired_deltas`` columns the covariate
+    expressions name (``*`` when one may read columns without naming them: ``*``, ``COLUMNS(...)``, the row
+    ``p``). The table holds every pair, so each column left out is memory saved per pair: ~740 bytes a pair with
+    every column, ~80 with these four."""
+    texts = []
+    if isinstance(covariates, Mapping):
+        texts = list(covariates.values())
+    elif isinstance(covariates, str):
+        texts = [covariates]
+    elif isinstance(covariates, Sequence):
+        texts = [c[1] if isinstance(c, tuple) and len(c) == 2 else c for c in covariates]
+    if not all(isinstance(t, str) for t in texts):
+        return "*"  # _covariate_specs says what is wrong with them
+    user = [t for t in texts if not t.startswith("skill:")]
+    if any(_WHOLE_ROW.search(t) for t in user):
+        return "*"
+    have = [d[0] for d in con.execute("SELECT * FROM paired_deltas(?, ?) LIMIT 0", [bare_run, treatment_run]).description]
+    named = [c for c in have if c not in FIT_COLUMNS and any(re.search(rf"\b{re.escape(c)}\b", t, re.IGNORECASE)
+                                                              for t in user)]
+    return ", ".join(f'"{c}"' for c in (*FIT_COLUMNS, *named))
 
 
 def _covariate_specs(con, pairs_table: str, treatment_run: str, covariates) -> list[tuple[str, str, dict]]:
@@ -397,7 +424,8 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
     con = as_connection(con_or_warehouse, sandboxed=True)
     bare, treat = check_pairable(con, bare_run, treatment_run, allow_missing_checkpoint)
     table = f"gate_pairs_{uuid.uuid4().hex[:12]}"
-    con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM paired_deltas(?, ?)", [bare_run, treatment_run])
+    cols = _pair_columns(con, bare_run, treatment_run, covariates)
+    con.execute(f"CREATE TEMP TABLE {table} AS SELECT {cols} FROM paired_deltas(?, ?)", [bare_run, treatment_run])
     try:
         n_pairs = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         if n_pairs == 0:

@@ -3,7 +3,9 @@
 Workers run :func:`parse_chunk` on byte ranges (see ``_pipeline.py``); :func:`read_parallel` fixes up
 what depends on earlier chunks - attempt numbers (counted per chunk), ``ingest_errors.line`` (relative
 to the chunk), fidelity counts, and records whose provenance
-differs from the file's first record - and hands the tables to the open commit.
+differs from the file's first record - and hands the tables to the open commit. What it keeps of earlier
+chunks is an :class:`~._episode_index.EpisodeIndex` (12 bytes per episode; the rest on disk), so its memory
+does not grow with the file.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import IngestError
-from ..warehouse import StagedFile
+from ..schema import TABLES
+from ..warehouse import StagedFile, stage_parquet_tables
+from ._episode_index import EpisodeIndex
 from ._io import split_lines
 from ._pipeline import chunk_bounds, map_chunks
 from ._rows import canonical
-from .core import UnitContext
-from .v4 import _finish, _new_state, _parse, _sidecars, read_serial
+from .core import INGEST_ZSTD_LEVEL, UnitContext
+from .v4 import _new_state, _parse, _provenance_note, _sidecars, read_serial
 
 WORKERS = 2
 
@@ -49,9 +53,12 @@ _ATTEMPT_TABLES = ("episodes", "agents", "steps", "actions", "observations", "me
 
 
 def read_parallel(ctx: UnitContext):
+    with EpisodeIndex() as seen:
+        yield from _read_parallel(ctx, seen)
+
+
+def _read_parallel(ctx: UnitContext, seen: EpisodeIndex):
     _sidecars(ctx)
-    counts: dict[str, int] = {}
-    fid: dict[str, list[int]] = {}
     run_prov = None
     file_total = file_dropped = goals = lines_before = 0
     any_line = False
@@ -64,7 +71,7 @@ def read_parallel(ctx: UnitContext):
         yield from read_serial(ctx)
         return
     for tables, meta in itertools.chain([first], results):
-        prior = {e: counts[e] for e in meta["attempts"] if e in counts}
+        prior = seen.prior(meta["attempts"])
         if run_prov is None and meta["run_prov"] is not None:
             run_prov = meta["run_prov"]
             ctx.run_fields.update(meta["run_fields"])
@@ -83,13 +90,7 @@ def read_parallel(ctx: UnitContext):
         if run_prov is not None and meta["run_prov"] is not None and meta["run_prov"] != run_prov:
             out = [(n, _fix_provenance(t, set(meta["plain"]), prior, meta["run_prov"], run_prov) if n == "episodes" else t)
                    for n, t in out]
-        for e, n in meta["attempts"].items():
-            counts[e] = counts.get(e, 0) + n
-        for e, (t_, c_, d_) in meta["fid"].items():
-            g = fid.setdefault(e, [0, 0, 0])
-            g[0] += t_
-            g[1] += c_
-            g[2] += d_
+        seen.add(meta["attempts"], meta["fid"], prior)
         file_total += meta["file_total"]
         file_dropped += meta["file_dropped"]
         goals += meta["goals"]
@@ -102,8 +103,34 @@ def read_parallel(ctx: UnitContext):
             ctx.on_bytes(meta["bytes"])
         ctx.ready.extend(out)
         yield
-    _finish(ctx, any_line, counts, fid, file_total, file_dropped, run_prov, goals)
+    _finish(ctx, seen, any_line, file_total, file_dropped, run_prov, goals)
     yield
+
+
+def _finish(ctx: UnitContext, seen: EpisodeIndex, any_line, file_total, file_dropped, run_prov, goals) -> None:
+    """``v4._finish`` for the chunks: the ``import_fidelity`` rows (one per episode, then the file's) go to
+    one Parquet file in the warehouse's staging directory, written a row group at a time."""
+    if not any_line:
+        ctx.error(None, 0, "empty_file", "the file holds no records")
+    ctx.episodes = len(seen)
+    buf = ctx.sink.buffer("import_fidelity")
+
+    def tables():
+        for units, totals, converted, dropped in seen.fidelity_tables():
+            for row in zip(units, totals, converted, dropped, strict=True):
+                ctx.fidelity(row[0], row[1], row[2], 0, row[3])
+            yield buf.flush(ctx.load_id)
+        if file_total or not any_line:
+            ctx.fidelity("file", file_total, 0, 0, file_dropped)
+            yield buf.flush(ctx.load_id)
+
+    parts = (t for t in tables() if t is not None)
+    if ctx.staging_dir is None:
+        ctx.ready.extend(("import_fidelity", t) for t in parts)
+    elif (f := stage_parquet_tables(ctx.staging_dir, TABLES["import_fidelity"].arrow_schema, parts,
+                                    INGEST_ZSTD_LEVEL, prefix=ctx.load_id)) is not None:
+        ctx.ready.append(("import_fidelity", f))
+    _provenance_note(ctx, run_prov, goals)
 
 
 def _load_staged(f: StagedFile) -> pa.Table:

@@ -184,6 +184,10 @@ def _finish(ctx, any_line, attempts, fid, file_total, file_dropped, run_prov, go
         ctx.fidelity(eid, total, conv, 0, dropped)
     if file_total or not any_line:
         ctx.fidelity("file", file_total, 0, 0, file_dropped)
+    _provenance_note(ctx, run_prov, goals)
+
+
+def _provenance_note(ctx: UnitContext, run_prov, goals: int) -> None:
     prov = ctx.provenance.setdefault("v4", {})
     prov["record_provenance"] = run_prov
     prov["private_goals_stripped"] = goals
