@@ -218,7 +218,7 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, memo
     not depend on the order they finish in (phase 3 sorts)."""
     import duckdb
 
-    n_batches = batches.plan(con, spec, batches.batch_episodes())
+    n_batches = batches.plan(con, spec, batches.batch_episodes(spec))
     if n_batches > 1:
         batches.shadow(con, ident(con.execute("SELECT current_database()").fetchone()[0]), spill, memory)
     query = batches.compute_sql(spec, expr, format, columns)
