@@ -24,6 +24,20 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def cpu_s() -> float:
+    """CPU seconds of this process (every thread, user + system) and of the children it waited for."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def loadavg() -> float:
+    """The 1-minute load average (the machine is shared: every figure is read against it)."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -58,8 +72,10 @@ def copy_floor(kind: str, wh: Path, out: Path) -> dict:
 def _child(methods: dict[str, Callable], out_root: Path, name: str, wh: Path, n: int) -> None:
     out = out_root / name
     shutil.rmtree(out, ignore_errors=True)
+    load0, cpu0 = loadavg(), cpu_s()
     r = methods[name](wh, out, n)
-    r.update(method=name, bytes=size(out), peak_rss_mb=round(rss_mb(), 1))
+    r.update(method=name, bytes=size(out), peak_rss_mb=round(rss_mb(), 1), cpu_s=round(cpu_s() - cpu0, 2),
+             load=[load0, loadavg()])
     shutil.rmtree(out, ignore_errors=True)
     print(json.dumps(r))
 
@@ -112,7 +128,8 @@ def main(script: str, methods: dict[str, Callable], out_root: Path, generate: Ca
         for n in (int(s) for s in a.sizes.split(",")):
             r = _run(script, "export", warehouse(n), a.naive, unit)
             print(f"{n:>9,} episodes: {r['rows']:>10,} rows in {r['seconds']:8.2f} s  {r['rate']:>9,.0f} {unit}/s  "
-                  f"{r['mb_per_s']:6.1f} MB/s  peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+                  f"{r['mb_per_s']:6.1f} MB/s  peak RSS {r['peak_rss_mb']:.0f} MB  {r['cpu_s']:.1f} CPU s  "
+                  f"load {r['load'][0]:.1f}-{r['load'][1]:.1f}", flush=True)
         return
     wh = warehouse(a.n)
     res = {}
@@ -120,8 +137,12 @@ def main(script: str, methods: dict[str, Callable], out_root: Path, generate: Ca
         r = res[name] = _run(script, name, wh, a.naive, unit)
         print(f"{name:>7}: {r['episodes'] if 'episodes' in r else '':>9} episodes  {r['rows']:>10,} rows in "
               f"{r['seconds']:8.2f} s  {r['rate']:>9,.0f} {unit}/s  {r['mb_per_s']:6.1f} MB/s  "
-              f"peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+              f"peak RSS {r['peak_rss_mb']:.0f} MB  {r['cpu_s']:.1f} CPU s  load {r['load'][0]:.1f}-{r['load'][1]:.1f}",
+              flush=True)
     if "export" in res:
         e = res["export"]["rate"]
         ratios = [f"export / {m}: {e / res[m]['rate']:.2f}x {unit}/s" for m in ("naive", "copy") if m in res]
+        if "copy" in res:  # CPU per unit: steadier than wall time on a shared machine
+            c = res["export"]["cpu_s"] / res["export"][unit]
+            ratios.append(f"CPU per {unit[:-1]} copy / export: {res['copy']['cpu_s'] / res['copy'][unit] / c:.2f}x")
         print(";  ".join(ratios) + "  (vs copy 1.0 = as fast as plain COPY)")

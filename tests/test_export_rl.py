@@ -368,3 +368,54 @@ def test_task_batches_give_the_bytes_of_one_batch(con, exported, tmp_path, monke
     assert res.rows == one.rows > 0 and res.shards == one.shards
     for s in one.shards:
         assert (tmp_path / kind / s["file"]).read_bytes() == (one_dir / s["file"]).read_bytes()
+
+
+def test_batch_episodes_header_sets_the_batches(con, exported, tmp_path, monkeypatch):
+    """A kind's `-- batch-episodes:` header sizes its batches (preference declares 2500: its view stack costs
+    ~0.5 CPU s to plan per batch): the same header at a size smaller than the fixture runs several batches and
+    gives the bytes of the one-batch export; SHOPSIM_WH_EXPORT_BATCH_EPISODES still overrides it."""
+    import dataclasses
+
+    from shopsim_wh.export import batches, core
+    from shopsim_wh.export.registry import get_kind
+
+    spec = get_kind("preference")
+    monkeypatch.delenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", raising=False)
+    assert spec.batch_episodes == 2500 == batches.batch_episodes(spec)
+    assert batches.batch_episodes(get_kind("kto")) == batches.DEFAULT_BATCH_EPISODES  # no header: the default
+    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", "7")
+    assert batches.batch_episodes(spec) == 7
+    monkeypatch.delenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES")
+
+    episodes = con.execute("SELECT count(*) FROM episodes").fetchone()[0]
+    small = dataclasses.replace(spec, batch_episodes=max(1, episodes // 3))
+    planned = []
+    real_plan = batches.plan
+
+    def plan(c, s, per_batch):  # the real planner; the batches it made are kept for the assertion
+        planned.append(real_plan(c, s, per_batch))
+        return planned[-1]
+
+    monkeypatch.setattr(core, "get_kind", lambda name: small)
+    monkeypatch.setattr(batches, "plan", plan)
+    runs = [r for (r,) in con.execute("SELECT run_id FROM runs").fetchall()]
+    res = export("preference", con, tmp_path / "pref", gamma=GAMMA, runs=runs)
+    assert planned == [-(-episodes // small.batch_episodes)] and planned[0] >= 3
+    one_dir, one = exported["preference"][0], exported["preference"][1]
+    assert res.rows == one.rows > 0 and res.shards == one.shards
+    for s in one.shards:
+        assert (tmp_path / "pref" / s["file"]).read_bytes() == (one_dir / s["file"]).read_bytes()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", "2.5"])
+def test_a_bad_batch_episodes_header_says_what_to_write(tmp_path, value):
+    from shopsim_wh.export import ExportError
+    from shopsim_wh.export.registry import parse_kind
+
+    kind = tmp_path / "mini.sql"
+    kind.write_text(f"-- export: mini\n-- grain: g\n-- sample: a\n-- filters: a\n-- description: d\n"
+                    f"-- batch-episodes: {value}\nSELECT 1;\n")
+    with pytest.raises(ExportError, match="must be a positive whole number of episodes"):
+        parse_kind(kind)
+    kind.write_text(kind.read_text().replace(f"batch-episodes: {value}", "batch-episodes: 40"))
+    assert parse_kind(kind).batch_episodes == 40

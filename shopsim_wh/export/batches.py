@@ -73,9 +73,11 @@ def spill_bucket_bytes() -> int:
     return _positive_env("SHOPSIM_WH_EXPORT_BUCKET_BYTES", BUCKET_BYTES)
 
 
-def batch_episodes() -> int:
-    """Episodes per batch: ``SHOPSIM_WH_EXPORT_BATCH_EPISODES`` or :data:`DEFAULT_BATCH_EPISODES`."""
-    return _positive_env("SHOPSIM_WH_EXPORT_BATCH_EPISODES", DEFAULT_BATCH_EPISODES)
+def batch_episodes(spec: Kind | None = None) -> int:
+    """Episodes per batch: ``SHOPSIM_WH_EXPORT_BATCH_EPISODES``, else the kind's ``-- batch-episodes:``, else
+    :data:`DEFAULT_BATCH_EPISODES`."""
+    default = (spec.batch_episodes if spec is not None else None) or DEFAULT_BATCH_EPISODES
+    return _positive_env("SHOPSIM_WH_EXPORT_BATCH_EPISODES", default)
 
 
 def plan(con, spec: Kind, per_batch: int) -> int:

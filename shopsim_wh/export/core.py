@@ -218,7 +218,7 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> l
     not depend on the order they finish in (phase 3 sorts)."""
     import duckdb
 
-    n_batches = batches.plan(con, spec, batches.batch_episodes())
+    n_batches = batches.plan(con, spec, batches.batch_episodes(spec))
     if n_batches > 1:
         db = con.execute("SELECT current_database()").fetchall()[0][0]  # all rows: the result is complete
         batches.shadow(con, ident(db), spill)

@@ -154,9 +154,10 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
   export with none.
 - **Exact duplicates** of the kind's sample columns are removed across the whole export (the row with the
   smallest `sample_id` stays) and counted.
-- **Bounded memory, one evaluation**: the kind is computed once, per batch of about 500 episodes
-  (`SHOPSIM_WH_EXPORT_BATCH_EPISODES`; episodes by md5 of their id, or whole tasks for the kinds that compare
-  the rollouts of a task: `preference`, `prm`), two batches at a time (`SHOPSIM_WH_EXPORT_THREADS`, each on its
+- **Bounded memory, one evaluation**: the kind is computed once, per batch of about 500 episodes (2,500 for
+  `preference`, whose view stack costs ~0.5 CPU s to plan per batch: its header's `-- batch-episodes:`;
+  `SHOPSIM_WH_EXPORT_BATCH_EPISODES` overrides both; episodes by md5 of their id, or whole tasks for the kinds
+  that compare the rollouts of a task: `preference`, `prm`), two batches at a time (`SHOPSIM_WH_EXPORT_THREADS`, each on its
   own DuckDB cursor: one batch's queries are too small for DuckDB to spread over cores). Each batch's rows are
   routed by `sample_id` range to spill buckets (one Parquet file per range, about 128 MB of rows each:
   `SHOPSIM_WH_EXPORT_BUCKET_BYTES`) in a private temporary directory (removed afterwards). The rows are then
@@ -220,8 +221,8 @@ conversation as OpenAI message JSON, privacy applied), `export_step_tools` (tool
 `export_decisions` (one row per decision with its reconstructed `prompt`, `completion`, `observation`, `tools`
 and token estimates). A kind is one `sql/exports/<kind>.sql` whose header (`-- export:`, `grain:`, `trl:`,
 `sample:`, `filters:`, `default-where:`, `description:`, optional `params:`, `materialize:`, `record:`,
-`batch:` (`task` keeps a task's episodes in one batch), `decisions:` (a view listing the only decisions whose
-context `export_decisions` computes for the kind: `preference` needs its pairs' decisions only)) the
-registry reads. `connect()` does not install this layer (its view stacks are slow to bind);
+`batch:` (`task` keeps a task's episodes in one batch), `batch-episodes:` (the kind's batch size), `decisions:`
+(a view listing the only decisions whose context `export_decisions` computes for the kind: `preference` needs
+its pairs' decisions only)) the registry reads. `connect()` does not install this layer (its view stacks are slow to bind);
 `shopsim_wh.db.install_exports(con)` adds it to a connection for queries by hand.
 """

@@ -17,7 +17,9 @@ and creates the view ``export_<kind with - as _>``. Optional keys: ``trl`` ("-" 
 computed once into TEMP tables; ``export_messages``, ``export_episodes`` and ``export_step_tools`` always are),
 ``record`` (a record kind: the view selects episodes and shopsim_wh/export/records.py writes each as one
 ``shopsimrl-v4`` or ``atif`` record), ``batch`` (``task`` for a kind that compares the rollouts of a task, so a
-batch of the bounded-memory evaluation keeps a task's episodes together; default ``episode``; see batches.py), ``decisions`` (a view listing the decisions the kind reads from
+batch of the bounded-memory evaluation keeps a task's episodes together; default ``episode``; see batches.py),
+``batch-episodes`` (episodes per batch for this kind, for a kind whose per-batch planning outweighs its rows;
+``SHOPSIM_WH_EXPORT_BATCH_EPISODES`` still wins), ``decisions`` (a view listing the decisions the kind reads from
 ``export_decisions``: only those get their context computed). Files named ``00_*`` are shared building blocks, not kinds.
 """
 
@@ -54,6 +56,7 @@ class Kind:
     materialize: tuple[str, ...] = ()
     record: str | None = None
     batch: str = "episode"  # what a batch of the bounded-memory evaluation keeps together: episode or task
+    batch_episodes: int | None = None  # episodes per batch (None: batches.DEFAULT_BATCH_EPISODES)
     decisions: str | None = None  # a view listing the only decisions export_decisions computes for this kind
     path: Path = field(default=Path(), compare=False)
     sql: str = field(default="", repr=False, compare=False)
@@ -92,6 +95,7 @@ def parse_kind(path: Path) -> Kind:
         default_where=meta.get("default-where") or None, line=meta.get("line") or None,
         params=_split(meta.get("params", "")), materialize=_split(meta.get("materialize", "")),
         record=meta.get("record") or None, batch=_batch(path, meta.get("batch") or "episode"),
+        batch_episodes=_batch_episodes(path, meta.get("batch-episodes") or None),
         decisions=meta.get("decisions") or None, path=path, sql=text)
 
 
@@ -99,6 +103,14 @@ def _batch(path: Path, value: str) -> str:
     if value not in ("episode", "task"):
         raise ExportError(f"{path}: `-- batch: {value}` must be episode or task (what a batch keeps together)")
     return value
+
+
+def _batch_episodes(path: Path, value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ExportError(f"{path}: `-- batch-episodes: {value}` must be a positive whole number of episodes")
+    return int(value)
 
 
 @functools.lru_cache(maxsize=4)
