@@ -15,7 +15,9 @@ peak memory per episode, so a column that stays level as N grows is linear cost,
 * gate        the paired bare-vs-skill gate (bootstrap 1000) on the same warehouse, fresh connection;
 * export      ``export("sft-action", where="true")`` of that warehouse (every decision of every episode).
 
-The last column of the table is the ratio of the per-episode time to the smallest size's: ~1 means linear.
+"peak RSS" is the largest of the measured process and its children (ingest's two parse workers); "own peak RSS"
+is the measured process alone (for ingest, the one that merges the chunks and commits).
+The "vs smallest" column is the ratio of the per-episode time to the smallest size's: ~1 means linear.
 Warehouses and inputs are cached under --workdir (regenerated when the size or the generators change).
 
 Object storage: ``--s3-loopback`` starts moto's server on loopback (as the tests do) and runs every step against
@@ -49,7 +51,7 @@ def done(t, **kw):
     r = resource.getrusage(resource.RUSAGE_SELF); c = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime  # imports included; steady under a shared machine's load
     print(json.dumps({"seconds": time.perf_counter() - t, "cpu_seconds": cpu,
-                      "peak_rss_mb": max(r.ru_maxrss, c.ru_maxrss) / 1024, **kw}))
+                      "peak_rss_mb": max(r.ru_maxrss, c.ru_maxrss) / 1024, "own_rss_mb": r.ru_maxrss / 1024, **kw}))
 """
 CODE = {
     "ingest": PRELUDE + r"""
@@ -261,13 +263,14 @@ def measure(work: Path, sizes: list[int], skip: set[str], uri: str | None) -> li
 def table(rows: list[tuple]) -> str:
     first: dict[str, float] = {}
     lines = ["| step | episodes | seconds | µs per episode | bytes read per episode | bytes written per episode "
-             "| peak RSS MB | per-episode time vs smallest | CPU seconds | CPU µs per episode |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| peak RSS MB | measured process's own peak RSS MB | per-episode time vs smallest | CPU seconds "
+             "| CPU µs per episode |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for n, step, r, read, written in rows:
         per = r["seconds"] / n * 1e6
         base = first.setdefault(step, per)
         lines.append(f"| {step} | {n:,} | {r['seconds']:.1f} | {per:,.0f} | {read / n:,.0f} | {written / n:,.0f} "
-                     f"| {r['peak_rss_mb']:,.0f} | {per / base:.2f}x | {r['cpu_seconds']:.1f} "
+                     f"| {r['peak_rss_mb']:,.0f} | {r['own_rss_mb']:,.0f} | {per / base:.2f}x | {r['cpu_seconds']:.1f} "
                      f"| {r['cpu_seconds'] / n * 1e6:,.0f} |")
     return "\n".join(lines)
 

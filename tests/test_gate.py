@@ -257,4 +257,9 @@ def test_pairs_table_holds_only_the_columns_the_fit_reads(con, monkeypatch, cova
     monkeypatch.setattr(gate_mod, "_pair_columns", lambda *a: "*")
     wide = gate(con, BARE, SKILL, covariates=covariates, bootstrap=50, seed=3)
     assert seen[1] == every and len(every) > 20
-    assert narrow.to_dict(full=True) == wide.to_dict(full=True)
+    a, b = narrow.to_dict(full=True), wide.to_dict(full=True)  # DuckDB's parallel sums: the last bits may differ
+    ca, cb = a.pop("coefficients"), b.pop("coefficients")
+    assert a.pop("residual_se") == pytest.approx(b.pop("residual_se"), rel=1e-9)
+    assert a == b
+    assert [c.pop("name") for c in ca] == [c.pop("name") for c in cb]
+    assert ca == [pytest.approx(c, rel=1e-9) for c in cb]

@@ -206,8 +206,8 @@ _WHOLE_ROW = re.compile(r"\*|\bcolumns\s*\(|\bp\b(?!\s*\.)", re.IGNORECASE)  # m
 def _pair_columns(con, bare_run: str, treatment_run: str, covariates) -> str:
     """The select list of the pairs table: :data:`FIT_COLUMNS` plus the ``paired_deltas`` columns the covariate
     expressions name (``*`` when one may read columns without naming them: ``*``, ``COLUMNS(...)``, the row
-    ``p``). The table holds every pair, so each column left out is memory saved per pair: ~740 bytes a pair with
-    every column, ~80 with these four."""
+    ``p``). The table holds every pair: 401 bytes a pair in DuckDB with every column, 99 with these four
+    (docs/scale.md, issue 13)."""
     texts = []
     if isinstance(covariates, Mapping):
         texts = list(covariates.values())
