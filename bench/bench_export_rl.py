@@ -11,8 +11,9 @@
           --naive episodes and reported as a rate
 
 Rates are per input episode (the pairs a warehouse yields depend on its rewards); the output rows, MB/s of
-output and peak RSS (each method in its own process) are printed too, with the ratios export/naive and
-export/copy. Shares bench/export_harness.py with bench_export.py.
+output, peak RSS and CPU seconds (each method in its own process) are printed too, with the ratios
+export/naive and export/copy (wall) and copy/export (CPU per episode). The export computes preference in batches
+of 2,500 episodes (its `-- batch-episodes:` header; SHOPSIM_WH_EXPORT_BATCH_EPISODES overrides it). Shares bench/export_harness.py with bench_export.py.
 """
 
 from __future__ import annotations

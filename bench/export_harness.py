@@ -2,8 +2,9 @@
 
 Each method runs in its own process (``--child NAME``), so its peak RSS (ru_maxrss) is its own: the parent
 stays small (it generates the synthetic warehouse in a child too; Linux carries a forking parent's pages into
-the child's ru_maxrss), runs the methods, and prints rate, MB/s of output, peak RSS and the ratios
-export/naive and export/copy. ``--sizes N,2N,4N`` runs only the shipped export at several warehouse
+the child's ru_maxrss), runs the methods, and prints rate, MB/s of output, peak RSS, CPU seconds (every thread)
+with the load average before and after, and the ratios export/naive, export/copy and the CPU per unit of copy
+over export (steadier than wall time on a shared machine). ``--sizes N,2N,4N`` runs only the shipped export at several warehouse
 sizes and prints its peak RSS at each (memory must stay flat as the warehouse grows).
 """
 
@@ -128,7 +129,7 @@ def main(script: str, methods: dict[str, Callable], out_root: Path, generate: Ca
         for n in (int(s) for s in a.sizes.split(",")):
             r = _run(script, "export", warehouse(n), a.naive, unit)
             print(f"{n:>9,} episodes: {r['rows']:>10,} rows in {r['seconds']:8.2f} s  {r['rate']:>9,.0f} {unit}/s  "
-                  f"{r['mb_per_s']:6.1f} MB/s  peak RSS {r['peak_rss_mb']:.0f} MB  {r['cpu_s']:.1f} CPU s  "
+                  f"{r['mb_per_s']:6.2f} MB/s  peak RSS {r['peak_rss_mb']:.0f} MB  {r['cpu_s']:.1f} CPU s  "
                   f"load {r['load'][0]:.1f}-{r['load'][1]:.1f}", flush=True)
         return
     wh = warehouse(a.n)
@@ -136,7 +137,7 @@ def main(script: str, methods: dict[str, Callable], out_root: Path, generate: Ca
     for name in a.methods.split(","):
         r = res[name] = _run(script, name, wh, a.naive, unit)
         print(f"{name:>7}: {r['episodes'] if 'episodes' in r else '':>9} episodes  {r['rows']:>10,} rows in "
-              f"{r['seconds']:8.2f} s  {r['rate']:>9,.0f} {unit}/s  {r['mb_per_s']:6.1f} MB/s  "
+              f"{r['seconds']:8.2f} s  {r['rate']:>9,.0f} {unit}/s  {r['mb_per_s']:6.2f} MB/s  "
               f"peak RSS {r['peak_rss_mb']:.0f} MB  {r['cpu_s']:.1f} CPU s  load {r['load'][0]:.1f}-{r['load'][1]:.1f}",
               flush=True)
     if "export" in res:
