@@ -64,8 +64,9 @@ def _memory_config(spill_dir: str) -> dict:
             "memory_limit": os.environ.get("SHOPSIM_WH_EXPORT_MEMORY") or DEFAULT_MEMORY}
 
 
-def _open(warehouse, spill_dir: str):
-    """A connection on the warehouse's current snapshot (spilling to ``spill_dir``), and that snapshot's version."""
+def _open(warehouse, spill_dir: str, views: set[str] | None = None):
+    """A connection on the warehouse's current snapshot (spilling to ``spill_dir``), and that snapshot's version;
+    of the export kinds, those defining ``views`` are installed (default: all)."""
     import duckdb
 
     from ..db import SMALL_TABLE_BYTES, install_exports, install_views
@@ -86,7 +87,7 @@ def _open(warehouse, spill_dir: str):
     con.execute("SET parquet_metadata_cache = true")
     con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
     install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
-    install_exports(con)
+    install_exports(con, views)
     return con, snap.version, location(warehouse)
 
 
@@ -123,7 +124,7 @@ def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, expe
 
 def _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_rows, window, max_tokens, allow_test,
             include_reasoning, include_persona, gamma, min_margin, min_step_margin, progress, t0) -> ExportResult:
-    con, snapshot, root = _open(warehouse, spill)
+    con, snapshot, root = _open(warehouse, spill, _reads(spec.sql) | {spec.view})
     params = {"export_window": window, "export_max_tokens": max_tokens,
               "export_include_reasoning": bool(include_reasoning), "export_include_persona": bool(include_persona),
               "export_gamma": float(gamma), "export_min_margin": min_margin, "export_min_step_margin": min_step_margin}
@@ -218,7 +219,7 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, memo
     not depend on the order they finish in (phase 3 sorts)."""
     import duckdb
 
-    n_batches = batches.plan(con, spec, batches.batch_episodes())
+    n_batches = batches.plan(con, spec, _batch_episodes(spec))
     if n_batches > 1:
         batches.shadow(con, ident(con.execute("SELECT current_database()").fetchone()[0]), spill, memory)
     query = batches.compute_sql(spec, expr, format, columns)
@@ -270,6 +271,17 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, memo
     for name in blocks:
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
     return files
+
+
+def _batch_episodes(spec: Kind) -> int:
+    """Episodes per batch: ``SHOPSIM_WH_EXPORT_BATCH_EPISODES`` when set, else :data:`records.BATCH_EPISODES` for a
+    record kind (one row per episode: a larger batch spreads the record view's planning, ~0.15 CPU-s a query,
+    over more episodes), else :data:`batches.DEFAULT_BATCH_EPISODES`."""
+    if spec.record and not os.environ.get("SHOPSIM_WH_EXPORT_BATCH_EPISODES"):
+        from .records import BATCH_EPISODES
+
+        return BATCH_EPISODES
+    return batches.batch_episodes()
 
 
 def _parallel(cursor, run, n_batches: int, workers: int) -> None:
