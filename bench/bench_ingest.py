@@ -268,7 +268,7 @@ def main() -> None:
           f"{'cpu s':>6} {'MB/cpu-s':>8} | {'naive MB/s':>10} {'peak MB':>8} | {'floor MB/s':>10} | "
           f"{'x naive':>7} {'/ floor':>7}")
     rows = [(str(n), n) for n in sizes] + ([("runner-v4", a.runner_v4)] if a.runner_v4 else [])
-    exported = None
+    exported = ingested = None
     for label, n in rows:
         if label == "runner-v4":
             src, exported = runner_v4(work, n)
@@ -285,6 +285,8 @@ def main() -> None:
             naive = None if a.no_naive else best(naive, run(NAIVE, str(src), str(work / f"naive-{n}")))
             floor = best(floor, run(FLOOR, str(src)))
         ing_mbs = mb / ing["seconds"]
+        if label == "runner-v4":
+            ingested = (ing_mbs, src.stat().st_size / ing["cpu_s"])
         naive_mbs = mb / naive["seconds"] if naive else float("nan")
         floor_mbs = mb / floor["seconds"]
         print(f"{label:>9} {mb:>8.0f} | {ing_mbs:>11.1f} {ing['episodes'] / ing['seconds']:>8.0f} {ing['peak_rss_mb']:>8.0f} "
@@ -298,6 +300,10 @@ def main() -> None:
               f"{exported['seconds']:.1f} s = {mbs:.1f} MB/s, cpu {exported['cpu_s']:.1f} s = "
               f"{exported['bytes'] / 1e6 / exported['cpu_s']:.0f} MB/cpu-s, peak RSS {exported['peak_rss_mb']:.0f} MB "
               "(compare with the ingest MB/s and MB/cpu-s of the runner-v4 row)", flush=True)
+        if ingested:  # the target: export at least as fast as ingest reads it back (1.0 or more)
+            print(f"runner-v4 export / ingest: {mbs / ingested[0]:.2f}x the MB/s, "
+                  f"{exported['bytes'] / exported['cpu_s'] / ingested[1]:.2f}x the MB per CPU-second "
+                  f"(load {open('/proc/loadavg').read().split()[0]})", flush=True)
 
 
 if __name__ == "__main__":

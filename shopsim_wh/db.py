@@ -143,12 +143,18 @@ def install_views(con: duckdb.DuckDBPyConnection, wh: Warehouse, snap: Snapshot 
     _execute_all(con, [(n, t) for n, t in ordered_sql(str(sql_dir())) if n.split("/")[0] not in ON_DEMAND_LAYERS])
 
 
-def install_exports(con: duckdb.DuckDBPyConnection) -> None:
+def install_exports(con: duckdb.DuckDBPyConnection, views: set[str] | None = None) -> None:
     """Add the exports layer (sql/exports: building blocks and kinds) to a connection from :func:`connect`;
-    a no-op when it is there already."""
+    a no-op when it is there already. ``views``: install the building blocks (``00_*.sql``) and only the kind
+    files defining one of these views (creating a view binds it: all the kinds cost ~4 CPU-s, one export's a
+    fraction of that); for a connection of its own, since a later call without ``views`` is then a no-op."""
     if con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'export_decisions'").fetchone()[0]:
         return
-    _execute_all(con, [(n, t) for n, t in ordered_sql(str(sql_dir())) if n.startswith("exports/")])
+    files = [(n, t) for n, t in ordered_sql(str(sql_dir())) if n.startswith("exports/")]
+    if views is not None:
+        files = [(n, t) for n, t in files if n.startswith("exports/00_")
+                 or set(_DEFINES.findall(re.sub(r"--[^\n]*", "", t))) & views]
+    _execute_all(con, files)
 
 
 def _execute_all(con: duckdb.DuckDBPyConnection, files: list[tuple[str, str]]) -> None:

@@ -113,3 +113,34 @@ def test_what_the_sql_leaves_to_python(v4_wh):
     clean = v4_wh.execute("SELECT count(*) FROM export_shopsimrl_v4 WHERE record_fallback IS NULL AND "
                           "NOT regexp_matches(CAST(record AS VARCHAR), ?)", [RESPELL]).fetchone()[0]
     assert clean >= len(rows) - 3  # the rest needs no Python at all with both privacy flags on
+
+
+def test_an_export_installs_its_own_kind_only(export_wh, tmp_path):
+    """An export's own connection creates the building blocks and the views its kind reads, not every kind's
+    (each view is bound on creation: all of them cost ~4 CPU-s an export); the export still writes its rows."""
+    from shopsim_wh.export import core
+    from shopsim_wh.export.registry import get_kind
+
+    spec = get_kind("atif")
+    con, _, _ = core._open(export_wh["root"], str(tmp_path / "spill"), core._reads(spec.sql) | {spec.view})
+    try:
+        views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE view_name LIKE 'export_%'").fetchall()}
+    finally:
+        con.close()
+    assert {"export_atif", "export_episodes", "export_messages", "export_decisions"} <= views
+    assert not views & {"export_shopsimrl_v4", "export_sft_action", "export_preference"}
+    res = export("atif", export_wh["root"], tmp_path / "out", format="jsonl", where="true")
+    assert res.rows > 0
+
+
+def test_record_kinds_run_in_larger_batches(monkeypatch):
+    """A record kind's header asks for batches of 2,000 episodes (its query's ~0.15 CPU-s planning spread over more
+    of them), the others get the batch module's default; SHOPSIM_WH_EXPORT_BATCH_EPISODES, when set, rules both."""
+    from shopsim_wh.export import batches
+    from shopsim_wh.export.registry import get_kind
+
+    monkeypatch.delenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", raising=False)
+    assert batches.batch_episodes(get_kind("shopsimrl-v4")) == batches.batch_episodes(get_kind("atif")) == 2000
+    assert batches.batch_episodes(get_kind("sft-action")) == batches.DEFAULT_BATCH_EPISODES < 2000
+    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", "7")
+    assert batches.batch_episodes(get_kind("shopsimrl-v4")) == batches.batch_episodes(get_kind("sft-action")) == 7

@@ -64,8 +64,9 @@ def _memory_config(spill_dir: str) -> dict:
             "memory_limit": os.environ.get("SHOPSIM_WH_EXPORT_MEMORY") or DEFAULT_MEMORY}
 
 
-def _open(warehouse, spill_dir: str):
-    """A connection on the warehouse's current snapshot (spilling to ``spill_dir``), and that snapshot's version."""
+def _open(warehouse, spill_dir: str, views: set[str] | None = None):
+    """A connection on the warehouse's current snapshot (spilling to ``spill_dir``), and that snapshot's version;
+    of the export kinds, those defining ``views`` are installed (default: all)."""
     import duckdb
 
     from ..db import SMALL_TABLE_BYTES, install_exports, install_views
@@ -86,7 +87,7 @@ def _open(warehouse, spill_dir: str):
     con.execute("SET parquet_metadata_cache = true")
     con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
     install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
-    install_exports(con)
+    install_exports(con, views)
     return con, snap.version, location(warehouse)
 
 
@@ -123,7 +124,7 @@ def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, expe
 
 def _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_rows, window, max_tokens, allow_test,
             include_reasoning, include_persona, gamma, min_margin, min_step_margin, progress, t0) -> ExportResult:
-    con, snapshot, root = _open(warehouse, spill)
+    con, snapshot, root = _open(warehouse, spill, _reads(spec.sql) | {spec.view})
     params = {"export_window": window, "export_max_tokens": max_tokens,
               "export_include_reasoning": bool(include_reasoning), "export_include_persona": bool(include_persona),
               "export_gamma": float(gamma), "export_min_margin": min_margin, "export_min_step_margin": min_step_margin}
@@ -271,6 +272,7 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> l
     for name in blocks:
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
     return files
+
 
 
 def _parallel(cursor, run, n_batches: int, workers: int) -> None:

@@ -155,8 +155,9 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
 - **Exact duplicates** of the kind's sample columns are removed across the whole export (the row with the
   smallest `sample_id` stays) and counted.
 - **Bounded memory, one evaluation**: the kind is computed once, per batch of about 500 episodes (2,500 for
-  `preference`, whose view stack costs ~0.5 CPU s to plan per batch: its header's `-- batch-episodes:`;
-  `SHOPSIM_WH_EXPORT_BATCH_EPISODES` overrides both; episodes by md5 of their id, or whole tasks for the kinds
+  `preference`, whose view stack costs ~0.5 CPU s to plan per batch, 2,000 for the record kinds `shopsimrl-v4`
+  and `atif`, ~0.15 CPU s: the kind header's `-- batch-episodes:`; `SHOPSIM_WH_EXPORT_BATCH_EPISODES` overrides
+  them; episodes by md5 of their id, or whole tasks for the kinds
   that compare the rollouts of a task: `preference`, `prm`), two batches at a time (`SHOPSIM_WH_EXPORT_THREADS`, each on its
   own DuckDB cursor: one batch's queries are too small for DuckDB to spread over cores). Each batch's rows are
   routed by `sample_id` range to spill buckets (one Parquet file per range, about 128 MB of rows each:

@@ -4,6 +4,7 @@
 -- sample: run_id, episode_id
 -- filters: status, reward, r_success, success, import_fidelity, source_format, split, experiment, task_id
 -- record: atif
+-- batch-episodes: 2000
 -- description: the episode as an ATIF trajectory (sub-agents as nested trajectories), one per line, as `shopsim-wh dump --format atif` writes it
 -- Column `record`: the trajectory as JSON text, assembled set-based here with the key order and values of the dump
 -- writer (to_atif in shopsim_wh/ingest/dump.py): per agent, its system / user messages and its steps interleaved

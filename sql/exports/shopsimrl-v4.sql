@@ -4,6 +4,7 @@
 -- sample: run_id, episode_id
 -- filters: status, reward, r_success, success, import_fidelity, source_format, split, experiment, task_id
 -- record: shopsimrl-v4
+-- batch-episodes: 2000
 -- description: the episode re-emitted in ShopSimRL's runtime record format (what `shopsim-wh dump` writes), one per line; ingest reads it back
 -- Column `record`: the whole record as JSON text, assembled set-based here (every episode of a batch at once) with
 -- the key order and values of the dump writer (shopsim_wh/ingest/dump_v4.py, whose docstring says which column
