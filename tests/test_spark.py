@@ -2,10 +2,9 @@
 
 One local SparkSession (local[2], 2 shuffle partitions, UI off) per test session over one small warehouse: the
 cookbook's synthetic runs (demo-data) plus runner episodes and the ingested real traces of the export tests
-(Claude Code, agent_multi_turn, OpenAI messages from tau-bench, ATIF, ShopSimRL v4, plus v4 records only the
-dump writer rebuilds and values DuckDB spells otherwise than orjson). Rows are compared as multisets
-(tests/spark_support.py: floats to 9 significant digits, JSON and nested values canonical); the record kinds'
-shards byte for byte.
+(Claude Code, agent_multi_turn, OpenAI messages from tau-bench, ATIF, ShopSimRL v4). Rows are compared as
+multisets (tests/spark_support.py: floats to 9 significant digits, JSON and nested values canonical); the record
+kinds' shards byte for byte (on a copy of the warehouse with v4 records only the dump writer rebuilds).
 """
 
 from __future__ import annotations
@@ -70,22 +69,27 @@ def spark_wh(tmp_path_factory, cache_dir) -> Path:
     root = tmp / "wh"
     export_fixtures.build(root, tmp)  # runner episodes + every ingested real trace
     generate(root, 60, runs=demo_runs(), seed=11, repeats=2, coding_episodes=4)  # the cookbook's runs, small
-    _ingest_v4_quirks(root, tmp)
     return root
 
 
-def _ingest_v4_quirks(root: Path, tmp: Path) -> None:
-    """ShopSimRL v4 records the record kinds' SQL leaves to the dump writer (an unknown top-level key; the slime
-    variant: ``record_fallback`` residual) and one with values DuckDB spells otherwise than orjson."""
+@pytest.fixture(scope="session")
+def record_wh(spark_wh, tmp_path_factory) -> Path:
+    """The warehouse above plus ShopSimRL v4 records the record kinds' SQL leaves to the dump writer (an unknown
+    top-level key; the slime variant: ``record_fallback`` residual) and one with values DuckDB spells otherwise
+    than orjson (a copy: the view tests keep their warehouse)."""
     from shopsim_wh.ingest import ingest, synth_v4
 
     from .test_export_v4_sql import _edge_record
 
+    tmp = tmp_path_factory.mktemp("record_wh")
+    root = tmp / "wh"
+    shutil.copytree(spark_wh, root)
     odd = synth_v4.record(4200, steps=2, obs_words=6, think_words=4)
     odd["trainer_note"] = {"kept": True}
     slime = synth_v4.record(4300, steps=2, obs_words=6, think_words=4, kind="slime")
     (tmp / "quirks.jsonl").write_bytes(b"".join(synth_v4.line(r) for r in (_edge_record(), odd, slime)))
     ingest([tmp / "quirks.jsonl"], root, parallel=False)
+    return root
 
 
 @pytest.fixture(scope="session")
@@ -240,7 +244,7 @@ def test_export_on_spark_writes_the_same_shards(kind, fmt, spark, spark_wh, regi
     ("shopsimrl-v4", "parquet", ["--include-reasoning"]), ("atif", "jsonl", []), ("atif", "parquet", ["--include-reasoning"]),
     ("shopsimrl-v4", "jsonl", []),
 ])
-def test_record_kind_on_spark_writes_byte_identical_shards(kind, fmt, flags, spark, spark_wh, tmp_path, monkeypatch):
+def test_record_kind_on_spark_writes_byte_identical_shards(kind, fmt, flags, spark, record_wh, tmp_path, monkeypatch):
     """Spark's rows finished by records.py in the driver give the DuckDB export's bytes, the fallback records
     (built by the dump writer, reading with DuckDB) included, counted in the manifest and the CLI's summary."""
     from typer.testing import CliRunner
@@ -251,7 +255,7 @@ def test_record_kind_on_spark_writes_byte_identical_shards(kind, fmt, flags, spa
     monkeypatch.setattr(spark_module, "session", lambda *a, **k: _fresh(spark))
     for engine in ("duckdb", "spark"):
         res = CliRunner().invoke(app, ["export", kind, "--engine", engine, "--out", str(tmp_path / engine), "-w",
-                                       str(spark_wh), "--format", fmt, "--shard-rows", "50", "--quiet", *flags])
+                                       str(record_wh), "--format", fmt, "--shard-rows", "50", "--quiet", *flags])
         assert res.exit_code == 0, res.output
     m_duck = json.loads((tmp_path / "duckdb" / "manifest.json").read_text())
     m_spark = json.loads((tmp_path / "spark" / "manifest.json").read_text())

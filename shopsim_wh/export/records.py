@@ -89,11 +89,13 @@ def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool =
 
 
 def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning: bool = False,
-           persona: bool = False) -> pa.RecordBatchReader:
+           persona: bool = False, every: bool = False) -> pa.RecordBatchReader:
     """The kind's view rows (``rows``, whatever engine computed them) as batches with a ``record`` column (JSON)
     and, for JSONL, the ``__line``; records pass :func:`scrub` (privacy by default). The episodes whose
     ``record`` is NULL are built by the dump writer, which reads them from ``con`` (a DuckDB connection with the
-    warehouse's ``stg_`` views, on the snapshot the rows came from)."""
+    warehouse's ``stg_`` views, on the snapshot the rows came from). ``every``: every record takes the orjson round
+    trip, for rows of an engine whose JSON text is not DuckDB's (Spark embeds JSON texts as written, spaces kept,
+    where DuckDB's ``json()`` minifies them)."""
     names = rows.schema.names
     base = [n for n in names if n not in (SHARD, DUP, *OWN_COLUMNS)]
     json_type = pa.json_() if fmt == "parquet" else pa.string()
@@ -107,7 +109,7 @@ def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning
         raw = chunk.column("record").combine_chunks()
         if raw.type != pa.string():
             raw = raw.cast(pa.string())
-        redo = [i for i, r in enumerate(_needs_python(raw, reasoning, persona)) if r]
+        redo = range(len(raw)) if every else [i for i, r in enumerate(_needs_python(raw, reasoning, persona)) if r]
         missing = [i for i in range(len(raw)) if not raw[i].is_valid] if raw.null_count else []
         if not redo and not missing:
             return raw  # the common case with both privacy flags: the SQL's text as it is, no copy
