@@ -12,9 +12,11 @@ rows at a time: fine for the exports of a run, not for a whole fleet at once. A 
 (preference) computes every decision's context on Spark (DuckDB's exporter computes only the pairs'): the same
 rows, more work.
 
-Record kinds (``shopsimrl-v4``, ``atif``) are not offered here (:data:`UNSUPPORTED_KINDS`): their views run on
-Spark with DuckDB's rows, but ``export/records.py`` finishes each record in Python against DuckDB (number
-re-spelling, the privacy scrub, the dump writer for residual episodes).
+Record kinds (``shopsimrl-v4``, ``atif``): Spark computes the view's rows (JSON text in ``record``) and
+:func:`shopsim_wh.export.records.finish` finishes them in the driver, in Python over Arrow (orjson re-spelling, the
+privacy scrub), as the DuckDB exporter does. The episodes whose ``record`` is NULL (``record_fallback`` says why:
+few) are built by the dump writer, which reads them from the same snapshot with DuckDB (``stg_`` views only); the
+manifest's ``engine_detail`` and the summary count them.
 """
 
 from __future__ import annotations
@@ -28,10 +30,8 @@ from pathlib import Path
 
 from .export.registry import ExportError, get_kind
 
-UNSUPPORTED_KINDS = {
-    "shopsimrl-v4": "a record kind: its view runs on Spark, but shopsim_wh/export/records.py finishes the records against DuckDB",
-    "atif": "a record kind: its view runs on Spark, but shopsim_wh/export/records.py finishes the records against DuckDB",
-}
+# kind -> why ``export --engine spark`` refuses it (tests/test_spark.py holds docs/scale.md to it; it can only shrink)
+UNSUPPORTED_KINDS: dict[str, str] = {}
 
 
 class _SparkRuns:
@@ -95,6 +95,7 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
     import duckdb
     import pyarrow as pa
 
+    from . import __version__
     from .export import batches
     from .export.core import FORMATS, ExportResult, _manifest, blocks_of, shard_spill
     from .export.scope import select_runs, where_clause
@@ -132,8 +133,8 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
     params = {"export_window": window, "export_max_tokens": max_tokens,
               "export_include_reasoning": bool(include_reasoning), "export_include_persona": bool(include_persona),
               "export_gamma": float(gamma), "export_min_margin": min_margin, "export_min_step_margin": min_step_margin}
-    reg = register(spark, root, exports=True, snap=snap, base=False, scope=chooser.scope, variables=params,
-                   materialize=blocks, only=wanted)
+    reg = register(spark, root, exports=True, snap=snap, base=False, scope=chooser.scope,
+                   variables={**params, "export_tool_version": __version__}, materialize=blocks, only=wanted)
     if spec.view not in reg.views:
         raise ExportError(f"kind {spec.name} does not run on Spark: {reg.skipped.get(spec.view, 'not translated')}")
     query = tr.query(f"SELECT * FROM {spec.view}" + (f" WHERE ({expr})" if expr else ""))
@@ -145,19 +146,24 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
     schema = _duckdb_schema(spec.view)
     table = pa.table([_conform(table.column(f.name), f.type) for f in schema], schema=schema)
     columns = schema.names
+    fallback = _fallbacks(table) if spec.record else None
     out.mkdir(parents=True, exist_ok=True)
     spill = Path(tempfile.mkdtemp(prefix="shopsim-wh-export-"))
     con = duckdb.connect()
+    # the dump writer reads the fallback episodes from the same snapshot, with DuckDB (its own connection: the
+    # rows stream from ``con`` meanwhile)
+    dump = _staging(root, snap) if fallback else con
     try:  # the DuckDB exporter's phases 2 and 3 (batches.py) over the rows Spark computed, as one batch
         con.register(spec.view, table)
         con.execute("SET arrow_lossless_conversion = true")
         buckets = batches.Spill(spill, 1)
         query = batches.compute_sql(spec, None, format, columns)
-        buckets.add(batches.batch_reader(con, spec, query, format, params).read_all())
+        buckets.add(batches.batch_reader(con, spec, query, format, params, dump=dump).read_all())
         files = buckets.close()
-        total, n_shards, _, stats = shard_spill(con, files, out, shard_rows, format, progress)
+        total, n_shards, columns, stats = shard_spill(con, files, out, shard_rows, format, progress)
     finally:
         con.close()
+        dump.close()
         shutil.rmtree(spill, ignore_errors=True)
     if "split" not in columns:
         stats.splits = _splits(spark, stats.tasks)
@@ -165,12 +171,42 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
     manifest = _manifest(spec, format, root, snap.version, selected, runs, experiment, expr, is_default, params,
                          n_shards, shard_rows, total, stats, columns)
     manifest["engine"] = "spark"
+    engine = {"name": "spark"}
+    if fallback is not None:  # record kinds: the records Spark's SQL left to the dump writer (on DuckDB)
+        engine["records_by_dump_writer"] = sum(fallback.values())
+        engine["record_fallback"] = fallback
+        manifest["engine_detail"] = {k: v for k, v in engine.items() if k != "name"}
     mpath, tmp = out / "manifest.json", out / ".tmp-manifest.json"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     os.replace(tmp, mpath)
     return ExportResult(kind=spec.name, out=str(out), format=format, rows=stats.rows,
                         duplicates_removed=stats.duplicates, shards=manifest["shards"], manifest=str(mpath),
-                        seconds=round(time.perf_counter() - t0, 3), decontamination=manifest["decontamination"])
+                        seconds=round(time.perf_counter() - t0, 3), decontamination=manifest["decontamination"],
+                        engine=engine)
+
+
+def _fallbacks(table) -> dict[str, int]:
+    """{reason: episodes} of the rows whose ``record`` the kind's SQL left NULL (column ``record_fallback``)."""
+    import pyarrow.compute as pc
+
+    counts = pc.value_counts(pc.drop_null(table.column("record_fallback"))).to_pylist()
+    return {c["values"]: c["counts"] for c in sorted(counts, key=lambda c: c["values"])}
+
+
+def _staging(root: str, snap):
+    """A DuckDB connection with the ``stg_`` views of ``snap``: what the dump writer (``load_episodes``) reads."""
+    import duckdb
+
+    from .db import ident, staging_sql
+    from .schema import TABLES
+    from .warehouse import Warehouse
+
+    wh = Warehouse(root)
+    con = duckdb.connect()
+    wh.register(con, snap)
+    for table in TABLES:
+        con.execute(f"CREATE OR REPLACE VIEW {ident('stg_' + table)} AS {staging_sql(wh, snap, table)}")
+    return con
 
 
 def _splits(spark, tasks: set) -> set:

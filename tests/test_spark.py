@@ -3,11 +3,13 @@
 One local SparkSession (local[2], 2 shuffle partitions, UI off) per test session over one small warehouse: the
 cookbook's synthetic runs (demo-data) plus runner episodes and the ingested real traces of the export tests
 (Claude Code, agent_multi_turn, OpenAI messages from tau-bench, ATIF, ShopSimRL v4). Rows are compared as
-multisets (tests/spark_support.py: floats to 9 significant digits, JSON and nested values canonical).
+multisets (tests/spark_support.py: floats to 9 significant digits, JSON and nested values canonical); the record
+kinds' shards byte for byte (on a copy of the warehouse with v4 records only the dump writer rebuilds).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -67,6 +69,26 @@ def spark_wh(tmp_path_factory, cache_dir) -> Path:
     root = tmp / "wh"
     export_fixtures.build(root, tmp)  # runner episodes + every ingested real trace
     generate(root, 60, runs=demo_runs(), seed=11, repeats=2, coding_episodes=4)  # the cookbook's runs, small
+    return root
+
+
+@pytest.fixture(scope="session")
+def record_wh(spark_wh, tmp_path_factory) -> Path:
+    """The warehouse above plus ShopSimRL v4 records the record kinds' SQL leaves to the dump writer (an unknown
+    top-level key; the slime variant: ``record_fallback`` residual) and one with values DuckDB spells otherwise
+    than orjson (a copy: the view tests keep their warehouse)."""
+    from shopsim_wh.ingest import ingest, synth_v4
+
+    from .test_export_v4_sql import _edge_record
+
+    tmp = tmp_path_factory.mktemp("record_wh")
+    root = tmp / "wh"
+    shutil.copytree(spark_wh, root)
+    odd = synth_v4.record(4200, steps=2, obs_words=6, think_words=4)
+    odd["trainer_note"] = {"kept": True}
+    slime = synth_v4.record(4300, steps=2, obs_words=6, think_words=4, kind="slime")
+    (tmp / "quirks.jsonl").write_bytes(b"".join(synth_v4.line(r) for r in (_edge_record(), odd, slime)))
+    ingest([tmp / "quirks.jsonl"], root, parallel=False)
     return root
 
 
@@ -218,12 +240,36 @@ def test_export_on_spark_writes_the_same_shards(kind, fmt, spark, spark_wh, regi
     assert not (msg := diff(canonical_rows(rows_duck), canonical_rows(rows_spark), m_duck["columns"])), msg
 
 
-def test_record_kinds_are_refused_with_the_reason(spark, spark_wh, tmp_path):
-    from shopsim_wh.export.registry import ExportError
-    from shopsim_wh.spark_export import export_spark
+@pytest.mark.parametrize("kind,fmt,flags", [
+    ("shopsimrl-v4", "parquet", ["--include-reasoning"]), ("atif", "jsonl", []), ("atif", "parquet", ["--include-reasoning"]),
+    ("shopsimrl-v4", "jsonl", []),
+])
+def test_record_kind_on_spark_writes_byte_identical_shards(kind, fmt, flags, spark, record_wh, tmp_path, monkeypatch):
+    """Spark's rows finished by records.py in the driver give the DuckDB export's bytes, the fallback records
+    (built by the dump writer, reading with DuckDB) included, counted in the manifest and the CLI's summary."""
+    from typer.testing import CliRunner
 
-    with pytest.raises(ExportError, match="record kind.*drop --engine spark"):
-        export_spark("atif", spark_wh, tmp_path / "x", spark=spark)
+    from shopsim_wh import spark as spark_module
+    from shopsim_wh.cli.main import app
+
+    monkeypatch.setattr(spark_module, "session", lambda *a, **k: _fresh(spark))
+    for engine in ("duckdb", "spark"):
+        res = CliRunner().invoke(app, ["export", kind, "--engine", engine, "--out", str(tmp_path / engine), "-w",
+                                       str(record_wh), "--format", fmt, "--shard-rows", "50", "--quiet", *flags])
+        assert res.exit_code == 0, res.output
+    m_duck = json.loads((tmp_path / "duckdb" / "manifest.json").read_text())
+    m_spark = json.loads((tmp_path / "spark" / "manifest.json").read_text())
+    assert m_duck["rows"] > 50 and len(m_duck["shards"]) > 1
+    for shard in m_spark["shards"]:  # the files themselves, not only what the manifests say
+        digest = hashlib.sha256((tmp_path / "spark" / shard["file"]).read_bytes()).hexdigest()
+        assert digest == shard["sha256"] == hashlib.sha256((tmp_path / "duckdb" / shard["file"]).read_bytes()).hexdigest()
+    assert {k: v for k, v in m_spark.items() if k not in ("engine", "engine_detail")} == m_duck
+    detail = m_spark["engine_detail"]
+    reasons = {"shopsimrl-v4": "residual", "atif": "lenient"}[kind]
+    n = detail["records_by_dump_writer"]
+    assert detail["record_fallback"] == {reasons: n} and n > 0
+    assert (f"engine spark: {n} record(s) built by the dump writer, which reads the warehouse with DuckDB "
+            f"(record_fallback: {reasons} {n})") in res.output
 
 
 def test_spark_views_ddl_reads_the_snapshot_files(spark, spark_wh, duck):

@@ -77,6 +77,11 @@ def export(
                f"{result.duplicates_removed} duplicate(s) removed, in {result.seconds:.1f} s -> {result.out}")
     typer.echo(f"  decontamination: {'clean' if d.get('clean') else 'NOT clean'} "
                f"(splits {', '.join(d.get('splits_exported', []))}); manifest: {result.manifest}")
+    fallback = result.engine.get("record_fallback")
+    if fallback is not None:  # a record kind on Spark: the dump writer's share, read with DuckDB
+        why = ", ".join(f"{k} {v}" for k, v in fallback.items()) or "none needed"
+        typer.echo(f"  engine spark: {result.engine['records_by_dump_writer']} record(s) built by the dump writer, "
+                   f"which reads the warehouse with DuckDB (record_fallback: {why})")
 
 
 def _list(warehouse: str | None, summary_format: str) -> None:

@@ -234,15 +234,17 @@ def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str]) -> 
     return f"SELECT *{extra}, {sample_key(spec)} AS {KEY}{tail} FROM {spec.view} {filt} ORDER BY sample_id"
 
 
-def batch_reader(con, spec: Kind, query: str, fmt: str, params: dict) -> pa.RecordBatchReader:
+def batch_reader(con, spec: Kind, query: str, fmt: str, params: dict, dump=None) -> pa.RecordBatchReader:
     """One batch's rows as Arrow (JSON as ``arrow.json``): DuckDB's for SQL kinds, the record builder's for record
-    kinds."""
+    kinds. ``dump`` (another engine's rows, registered as the kind's view on ``con``): the DuckDB connection with
+    the ``stg_`` views the fallback episodes are read from, every record re-spelt (records.finish)."""
     if not spec.record:
         return con.sql(query).to_arrow_reader(SPILL_ROW_GROUP)
-    from .records import record_batches
+    from .records import finish, record_batches
 
-    reader = record_batches(con, query, spec.record, fmt, reasoning=bool(params["export_include_reasoning"]),
-                            persona=bool(params["export_include_persona"]))
+    privacy = {"reasoning": bool(params["export_include_reasoning"]), "persona": bool(params["export_include_persona"])}
+    reader = (record_batches(con, query, spec.record, fmt, **privacy) if dump is None else
+              finish(con.sql(query).to_arrow_reader(SPILL_ROW_GROUP), spec.record, fmt, dump, every=True, **privacy))
     keep = [n for n in reader.schema.names if n not in (SHARD, DUP)]
     schema = pa.schema([reader.schema.field(n) for n in keep])
 

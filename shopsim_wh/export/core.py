@@ -46,9 +46,13 @@ class ExportResult:
     manifest: str
     seconds: float
     decontamination: dict = field(default_factory=dict)
+    engine: dict = field(default_factory=dict)  # export --engine spark: {"name": "spark", ...} (manifest engine_detail)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not d["engine"]:  # the default engine's summary stays as it was
+            d.pop("engine")
+        return d
 
 
 DEFAULT_MEMORY = "2GB"

@@ -11,6 +11,9 @@ orjson; this module only streams the rows, fixing three things on the way:
 * **fallback**: the rare episodes the SQL leaves NULL (column ``record_fallback`` says why: residuals of ingested
   records, payload conflicts, ``model_extra``, lenient JSON, nested sub-agents) are built by the dump writer,
   ``RECORD_BATCH`` episodes per query set on the export's one connection.
+
+:func:`record_batches` runs the kind's query on DuckDB and hands its rows to :func:`finish`, which does the three
+things above over any Arrow reader of the view's rows: ``export --engine spark`` gives it Spark's.
 """
 
 from __future__ import annotations
@@ -75,14 +78,25 @@ def _needs_python(texts: pa.Array, reasoning: bool, persona: bool) -> list[bool]
 
 def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool = False,
                    persona: bool = False) -> pa.RecordBatchReader:
-    """Run the kind's (one row per episode) ``query``, then yield batches with a ``record`` column (JSON) and, for
-    JSONL, the ``__line``; records pass :func:`scrub` (privacy by default)."""
+    """Run the kind's (one row per episode) ``query``, then :func:`finish` its rows (the fallback episodes read
+    from ``con``)."""
     from .. import __version__
     from ..db import fetch_arrow, sql_string
 
     con.execute(f"SET VARIABLE export_tool_version = {sql_string(__version__)}")
     table = fetch_arrow(con, query)  # one batch of the export: ~RECORD_BATCH episodes
-    names = table.column_names
+    return finish(table.to_reader(), builder, fmt, con, reasoning=reasoning, persona=persona)
+
+
+def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning: bool = False,
+           persona: bool = False, every: bool = False) -> pa.RecordBatchReader:
+    """The kind's view rows (``rows``, whatever engine computed them) as batches with a ``record`` column (JSON)
+    and, for JSONL, the ``__line``; records pass :func:`scrub` (privacy by default). The episodes whose
+    ``record`` is NULL are built by the dump writer, which reads them from ``con`` (a DuckDB connection with the
+    warehouse's ``stg_`` views, on the snapshot the rows came from). ``every``: every record takes the orjson round
+    trip, for rows of an engine whose JSON text is not DuckDB's (Spark embeds JSON texts as written, spaces kept,
+    where DuckDB's ``json()`` minifies them)."""
+    names = rows.schema.names
     base = [n for n in names if n not in (SHARD, DUP, *OWN_COLUMNS)]
     json_type = pa.json_() if fmt == "parquet" else pa.string()
     schema = pa.schema([*(pa.field(n, pa.string()) for n in ("sample_id", "run_id", "episode_id")),
@@ -95,7 +109,7 @@ def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool =
         raw = chunk.column("record").combine_chunks()
         if raw.type != pa.string():
             raw = raw.cast(pa.string())
-        redo = [i for i, r in enumerate(_needs_python(raw, reasoning, persona)) if r]
+        redo = range(len(raw)) if every else [i for i, r in enumerate(_needs_python(raw, reasoning, persona)) if r]
         missing = [i for i in range(len(raw)) if not raw[i].is_valid] if raw.null_count else []
         if not redo and not missing:
             return raw  # the common case with both privacy flags: the SQL's text as it is, no copy
@@ -111,9 +125,13 @@ def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool =
                 texts[i] = t
         return pa.array(texts, pa.string())
 
+    def chunks() -> Iterator[pa.Table]:  # RECORD_BATCH episodes at a time: one fallback query set each
+        for part in rows:
+            for start in range(0, part.num_rows, RECORD_BATCH):
+                yield pa.Table.from_batches([part.slice(start, RECORD_BATCH)])
+
     def gen() -> Iterator[pa.RecordBatch]:
-        for start in range(0, table.num_rows, RECORD_BATCH):
-            chunk = table.slice(start, RECORD_BATCH)
+        for chunk in chunks():
             texts = texts_of(chunk)
             arrays = []
             for f in schema:
