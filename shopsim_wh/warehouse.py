@@ -160,7 +160,7 @@ def stage_parquet(staging_dir: Path, data: pa.Table, compression_level: int = ZS
 
 def stage_parquet_tables(staging_dir: Path, schema: pa.Schema, tables: Iterable[pa.Table],
                          compression_level: int = ZSTD_LEVEL, prefix: str = "part",
-                         group_rows: int = 65_536) -> StagedFile | None:
+                         group_rows: int = 16_384) -> StagedFile | None:
     """:func:`stage_parquet` of the concatenation of ``tables`` (each in ``schema``), written as they come:
     memory holds one row group (``group_rows`` rows), not the file. None when there is no row."""
     path = Path(staging_dir) / unique_name(prefix)
