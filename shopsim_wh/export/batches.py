@@ -112,72 +112,89 @@ def shadow(con, db: str, spill: Path) -> None:
             router.close()
 
 
-class _Router:
-    """Rows (with their batch in :data:`BATCH_COLUMN`) to ``folder/<batch>/part-<n>.parquet``, without it. A batch's
-    rows wait in memory until they fill a row group (:data:`SHADOW_ROWS`), or until all batches together hold
-    :data:`SHADOW_PENDING_BYTES` (then every batch is flushed); each batch appends to its open file, at most
-    :data:`SHADOW_OPEN_FILES` at once (past it all are closed and later rows go to new parts).
-    ``folder/empty.parquet`` holds the schema alone, for a batch without rows here."""
+class _Routed:
+    """Rows routed by an integer key to one Parquet writer per key: a key's rows wait in memory until they fill a
+    row group (``rows``), or until all keys together hold ``pending`` bytes (then every key is flushed).
+    Subclasses say where a key's rows go (:meth:`_open`). Shared by the base-row copy and the spill."""
 
-    def __init__(self, folder: Path, schema: pa.Schema):
-        self.folder = folder
-        self.schema = pa.schema([f for f in schema if f.name != BATCH_COLUMN])
+    def __init__(self, rows: int, pending: int):
+        self.rows, self.pending_limit = rows, pending
+        self.schema: pa.Schema | None = None
         self.writers: dict[int, pq.ParquetWriter] = {}
-        self.parts: dict[int, int] = {}
         self.pending: dict[int, list[pa.RecordBatch]] = {}
-        self.pending_rows: dict[int, int] = {}
         self.pending_bytes = 0
-        folder.mkdir(parents=True, exist_ok=True)
-        pq.ParquetWriter(folder / "empty.parquet", self.schema).close()
 
-    def add(self, batch: pa.RecordBatch) -> None:
+    def _route(self, rows: pa.RecordBatch, key: pa.Array) -> None:
+        """Queue ``rows`` under their ``key`` (int32, one per row; sorted here unless it is already)."""
         import pyarrow.compute as pc
 
-        if batch.num_rows == 0:
-            return
-        key = batch.column(BATCH_COLUMN)
-        rows = batch.select(self.schema.names)
-        order = pc.sort_indices(key)
-        rows, key = rows.take(order), key.take(order)
+        if rows.num_rows > 1 and not pc.all(pc.less_equal(key[:-1], key[1:])).as_py():
+            order = pc.sort_indices(key)  # stable: a key's rows keep their order
+            rows, key = rows.take(order), key.take(order)
         runs = pc.run_end_encode(key)
         start = 0
-        for b, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+        for k, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
             part = rows.slice(start, end - start)
-            self.pending.setdefault(b, []).append(part)
-            self.pending_rows[b] = self.pending_rows.get(b, 0) + part.num_rows
+            self.pending.setdefault(k, []).append(part)
             self.pending_bytes += part.nbytes
-            if self.pending_rows[b] >= SHADOW_ROWS:
-                self._flush(b)
+            if sum(p.num_rows for p in self.pending[k]) >= self.rows:
+                self._flush(k)
             start = end
-        if self.pending_bytes > SHADOW_PENDING_BYTES:
-            for b in list(self.pending):
-                self._flush(b)
+        if self.pending_bytes > self.pending_limit:
+            self._flush_all()
 
-    def _flush(self, b: int) -> None:
-        parts = self.pending.pop(b, [])
-        self.pending_rows.pop(b, None)
+    def _open(self, k: int) -> pq.ParquetWriter:
+        raise NotImplementedError
+
+    def _flush(self, k: int) -> None:
+        parts = self.pending.pop(k, [])
         if not parts:
             return
-        if b not in self.writers:
-            if len(self.writers) >= SHADOW_OPEN_FILES:
-                self._close_writers()
-            n = self.parts.get(b, 0)
-            self.parts[b] = n + 1
-            folder = self.folder / str(b)
-            folder.mkdir(exist_ok=True)
-            self.writers[b] = pq.ParquetWriter(folder / f"part-{n:05d}.parquet", self.schema, write_statistics=False)
+        if k not in self.writers:
+            self.writers[k] = self._open(k)
         table = pa.Table.from_batches(parts, self.schema)
-        self.writers[b].write_table(table, row_group_size=max(table.num_rows, 1))
+        self.writers[k].write_table(table, row_group_size=max(table.num_rows, 1))
         self.pending_bytes -= sum(p.nbytes for p in parts)
+
+    def _flush_all(self) -> None:
+        for k in list(self.pending):
+            self._flush(k)
 
     def _close_writers(self) -> None:
         for w in self.writers.values():
             w.close()
         self.writers.clear()
 
+
+class _Router(_Routed):
+    """Rows (with their batch in :data:`BATCH_COLUMN`) to ``folder/<batch>/part-<n>.parquet``, without it, in row
+    groups of :data:`SHADOW_ROWS` (at least), holding at most :data:`SHADOW_PENDING_BYTES`; at most
+    :data:`SHADOW_OPEN_FILES` files are open at once (past it all are closed and later rows go to new parts).
+    ``folder/empty.parquet`` holds the schema alone, for a batch without rows here."""
+
+    def __init__(self, folder: Path, schema: pa.Schema):
+        super().__init__(SHADOW_ROWS, SHADOW_PENDING_BYTES)
+        self.folder = folder
+        self.schema = pa.schema([f for f in schema if f.name != BATCH_COLUMN])
+        self.parts: dict[int, int] = {}
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.ParquetWriter(folder / "empty.parquet", self.schema).close()
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self._route(batch.select(self.schema.names), batch.column(BATCH_COLUMN))
+
+    def _open(self, b: int) -> pq.ParquetWriter:
+        if len(self.writers) >= SHADOW_OPEN_FILES:
+            self._close_writers()
+        n = self.parts.get(b, 0)
+        self.parts[b] = n + 1
+        folder = self.folder / str(b)
+        folder.mkdir(exist_ok=True)
+        return pq.ParquetWriter(folder / f"part-{n:05d}.parquet", self.schema, write_statistics=False)
+
     def close(self) -> None:
-        for b in list(self.pending):
-            self._flush(b)
+        self._flush_all()
         self._close_writers()
 
 
@@ -257,7 +274,7 @@ def batch_reader(con, spec: Kind, query: str, fmt: str, params: dict, dump=None)
         pa.RecordBatch.from_arrays([column(b, n) for n in keep], schema=schema) for b in reader))
 
 
-class Spill:
+class Spill(_Routed):
     """Phase 1's output: every row once, in buckets of ``sample_id`` ranges (bucket i < bucket i + 1), one
     Parquet file per bucket, so that phase 3 reads each row once (one bucket at a time, sorted) however many
     batches there were. The bounds are quantiles of the first non-empty batch's ``sample_id`` (batches are random
@@ -265,13 +282,10 @@ class Spill:
     size times the number of batches); a bucket larger than planned only makes its sort spill."""
 
     def __init__(self, folder: Path, n_batches: int, bucket_bytes: int | None = None):
+        super().__init__(SPILL_ROW_GROUP, PENDING_BYTES)
         self.folder, self.n_batches = folder, n_batches
         self.bucket_bytes = bucket_bytes or spill_bucket_bytes()
-        self.schema: pa.Schema | None = None
         self.bounds: list[str] | None = None
-        self.writers: dict[int, pq.ParquetWriter] = {}
-        self.pending: dict[int, list[pa.RecordBatch]] = {}
-        self.pending_bytes = 0
 
     def path(self, i: int) -> Path:
         return self.folder / f"bucket-{i:05d}.parquet"
@@ -286,56 +300,34 @@ class Spill:
             self._plan(table)
         for batch in table.to_batches(SPILL_ROW_GROUP):
             if batch.num_rows:
-                self._route(_conform(batch, self.schema))
-        if self.pending_bytes > PENDING_BYTES:
-            for i in list(self.pending):
-                self._flush(i)
+                self._route(_conform(batch, self.schema), self._bucket(batch.column("sample_id")))
 
     def _plan(self, table: pa.Table) -> None:
         ids = sorted(table.column("sample_id").to_pylist())
         n = max(1, min(MAX_BUCKETS, math.ceil(table.nbytes * self.n_batches / self.bucket_bytes), len(ids)))
         self.bounds = sorted({ids[i * len(ids) // n] for i in range(1, n)})
 
-    def _route(self, batch: pa.RecordBatch) -> None:
+    def _bucket(self, sid: pa.Array) -> pa.Array:
+        """Each row's bucket: how many bounds are <= its sample_id."""
         import pyarrow.compute as pc
 
-        sid = batch.column("sample_id")
-        bucket = pa.array([0] * batch.num_rows, pa.int32())
-        for b in self.bounds:  # bucket = how many bounds are <= sample_id
+        bucket = pa.array([0] * len(sid), pa.int32())
+        for b in self.bounds:
             bucket = pc.add(bucket, pc.cast(pc.greater_equal(sid, b), pa.int32()))
-        if batch.num_rows > 1 and not pc.all(pc.less_equal(bucket[:-1], bucket[1:])).as_py():
-            order = pc.sort_indices(bucket)  # rows come sorted by sample_id from SQL kinds: no copy then
-            batch, bucket = batch.take(order), bucket.take(order)
-        runs = pc.run_end_encode(bucket)
-        start = 0
-        for i, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
-            part = batch.slice(start, end - start)
-            self.pending.setdefault(i, []).append(part)
-            self.pending_bytes += part.nbytes
-            if sum(p.num_rows for p in self.pending[i]) >= SPILL_ROW_GROUP:
-                self._flush(i)
-            start = end
+        return bucket
 
-    def _flush(self, i: int) -> None:
-        parts = self.pending.pop(i, [])
-        if not parts:
-            return
-        if i not in self.writers:
-            self.writers[i] = pq.ParquetWriter(self.path(i), self.schema, write_statistics=False)
-        table = pa.Table.from_batches(parts, self.schema)
-        self.writers[i].write_table(table, row_group_size=max(table.num_rows, 1))
-        self.pending_bytes -= sum(p.nbytes for p in parts)
+    def _open(self, i: int) -> pq.ParquetWriter:
+        return pq.ParquetWriter(self.path(i), self.schema, write_statistics=False)
 
     def close(self) -> list[Path]:
         """The bucket files in ``sample_id`` order (one empty file with the schema when no row came)."""
-        for i in list(self.pending):
-            self._flush(i)
-        for w in self.writers.values():
-            w.close()
-        if not self.writers:  # no row: one empty file (empty_table cannot build extension arrays)
+        self._flush_all()
+        files = [self.path(i) for i in sorted(self.writers)]
+        self._close_writers()
+        if not files:  # no row: one empty file (empty_table cannot build extension arrays)
             pq.ParquetWriter(self.path(0), self.schema).close()
             return [self.path(0)]
-        return [self.path(i) for i in sorted(self.writers)]
+        return files
 
 
 def count(con, files: list[Path]) -> int:
