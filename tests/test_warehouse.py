@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shopsim_wh.db import connect, install_views
+from shopsim_wh.db import connect, install_views, staging_sql
 from shopsim_wh.errors import WarehouseError, WarehouseLockedError
 from shopsim_wh.schema import TABLES, to_arrow
 from shopsim_wh.warehouse import StagedFile, Warehouse, stage_parquet
@@ -153,11 +153,14 @@ step_rows = st.fixed_dictionaries({
 @given(rows=st.lists(step_rows, max_size=8))
 def test_rows_round_trip_through_parquet_and_duckdb(tmp_path_factory, rows):
     root = tmp_path_factory.mktemp("wh")
-    with Warehouse(root).writer() as w:
+    wh = Warehouse(root)
+    with wh.writer() as w:
         w.commit([("steps", "r", to_arrow("steps", rows))])
-    con = connect(root)
+    con = duckdb.connect()  # the staging SQL `connect` installs as stg_steps, without the ~100 views above it
+    snap = wh.snapshot()
+    wh.register(con, snap)
     cols = list(rows[0]) if rows else ["episode_id"]
-    got = con.execute(f"select {', '.join(cols)} from stg_steps").fetchall()
+    got = con.execute(f"select {', '.join(cols)} from ({staging_sql(wh, snap, 'steps')})").fetchall()
     want = [tuple(r[c] for c in cols) for r in rows]
     def norm(t):
         return tuple(v.timestamp() if isinstance(v, datetime) else v for v in t)
