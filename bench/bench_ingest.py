@@ -140,17 +140,25 @@ print(json.dumps({"seconds": tp + tc, "parse_s": tp, "compress_s": tc}))
 
 
 EXPORT_V4 = r"""
-import json, resource, shutil, sys, time
+import json, resource, shutil, sys, threading, time
 from pathlib import Path
 from shopsim_wh.export import export
 wh, out = sys.argv[1], Path(sys.argv[2])
 shutil.rmtree(out, ignore_errors=True)
+rss = []  # VmRSS (MB) once a second: does the peak grow along the run?
+def sample():
+    while True:
+        with open("/proc/self/status") as f:
+            rss.append(next(int(l.split()[1]) // 1024 for l in f if l.startswith("VmRSS")))
+        time.sleep(1)
+threading.Thread(target=sample, daemon=True).start()
 t = time.perf_counter()
 r = export("shopsimrl-v4", wh, out, format="jsonl", shard_rows=10**9, include_reasoning=True, include_persona=True)
 dt = time.perf_counter() - t
 me = resource.getrusage(resource.RUSAGE_SELF)
+fifths = [max(rss[i * len(rss) // 5:(i + 1) * len(rss) // 5] or [0]) for i in range(5)]
 print(json.dumps({"seconds": dt, "episodes": r.rows, "bytes": sum(s["bytes"] for s in r.shards),
-                  "file": str(out / r.shards[0]["file"]), "peak_rss_mb": me.ru_maxrss / 1024,
+                  "file": str(out / r.shards[0]["file"]), "peak_rss_mb": me.ru_maxrss / 1024, "rss_by_fifth": fifths,
                   "cpu_s": me.ru_utime + me.ru_stime, "load": open("/proc/loadavg").read().split()[0]}))
 """
 
@@ -308,6 +316,7 @@ def report(n: int, exported: dict, ingested: tuple[float, float], ing: dict) -> 
           f"({exported['bytes'] / 1e3 / max(1, exported['episodes']):.1f} KB/episode) written in "
           f"{exported['seconds']:.1f} s = {mbs:.1f} MB/s, cpu {exported['cpu_s']:.1f} s = "
           f"{exported['bytes'] / 1e6 / exported['cpu_s']:.0f} MB/cpu-s, peak RSS {exported['peak_rss_mb']:.0f} MB "
+          f"(by fifth of the run: {', '.join(map(str, exported['rss_by_fifth']))}) "
           f"(load {exported['load']}; compare with the ingest MB/s and MB/cpu-s of the runner-v4 row, "
           f"load {ing['load']})", flush=True)
     # the issue's target: export at least as fast as ingest reads it back (1.0 or more)

@@ -18,6 +18,12 @@
 
 The output does not depend on the batches or buckets (rows are re-sharded by episode and sorted), so it is
 byte-identical to a one-batch export; tests hold that.
+
+**Record kinds** (``-- record:``: one row per episode, ``sample_id`` the md5 of the episode,
+:func:`record_sample_id`) skip phases 1-3's spill (:func:`plan_records`): a batch is a range of ``sample_id``, so
+batches taken in order give the rows in the shard writer's order; they are computed two at a time and handed over
+in order (core._in_order), each row written once. The sample key is the episode: no duplicate to search for.
+At 10,000 runner episodes this took the v4 export from ~35 to ~24 CPU-s (the spill's write, read-back and sort).
 """
 
 from __future__ import annotations

@@ -351,8 +351,9 @@ def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, params,
 
 def _in_order(cursor, run, n_batches: int, workers: int) -> Iterator:
     """``run(cur, b)``'s results in batch order, computed on ``workers`` threads (each with its own ``cursor()``)
-    at most ``workers + 1`` batches ahead of the consumer (so memory holds a few batches, however many there are);
-    the first error is raised to the consumer; closing the generator stops the workers."""
+    at most ``workers`` batches ahead of the one the consumer holds (so memory holds ``workers + 1`` batches however
+    many there are: one more ahead held 1,340 MB at 10,000 runner episodes); the first error is raised to the
+    consumer; closing the generator stops the workers."""
     cond = threading.Condition()
     state = {"next": 0, "taken": 0, "stop": False}
     done: dict[int, object] = {}
@@ -364,7 +365,7 @@ def _in_order(cursor, run, n_batches: int, workers: int) -> Iterator:
             while True:
                 with cond:
                     while (not failed and not state["stop"] and state["next"] < n_batches
-                           and state["next"] >= state["taken"] + workers + 1):
+                           and state["next"] >= state["taken"] + workers):
                         cond.wait()
                     if failed or state["stop"] or state["next"] >= n_batches:
                         return
