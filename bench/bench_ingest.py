@@ -4,8 +4,10 @@
     .venv/bin/python bench/bench_ingest.py                 # 500 and 5,000 episodes (a few minutes)
     .venv/bin/python bench/bench_ingest.py --with-50k      # adds 50,000 episodes (~4.5 GB input)
     .venv/bin/python bench/bench_ingest.py --sizes "" --runner-v4 2000   # only the runner-shape row
+    .venv/bin/python bench/bench_ingest.py --sizes "" --runner-v4 10000,100000 --repeat 1 --no-naive \
+        --workdir /tmp/bench-x   # issue 10's figures: export vs ingest at two sizes, in one run
 
-``--runner-v4 N`` adds the real shape: N episodes run by the runner (scripted model, embedded shop, ~4 steps
+``--runner-v4 N[,N...]`` adds the real shape: N episodes run by the runner (scripted model, embedded shop, ~4 steps
 and ~46 KB per episode with reasoning and persona, many small fields; beyond 2,000 episodes the runner's
 2,000-episode warehouse is copied under new sample ids) and re-emitted by ``export shopsimrl-v4 --format jsonl``
 (the export is timed too: its output MB/s and MB per CPU-second, to set against the ingest's input figures).
@@ -56,7 +58,8 @@ dt = time.perf_counter() - t
 me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"seconds": dt, "episodes": s.episodes_landed, "peak_rss_mb": me.ru_maxrss / 1024,
                   "worker_peak_rss_mb": ch.ru_maxrss / 1024,
-                  "cpu_s": me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime}))
+                  "cpu_s": me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime,
+                  "load": open("/proc/loadavg").read().split()[0]}))
 """
 
 NAIVE = r"""
@@ -137,18 +140,26 @@ print(json.dumps({"seconds": tp + tc, "parse_s": tp, "compress_s": tc}))
 
 
 EXPORT_V4 = r"""
-import json, resource, shutil, sys, time
+import json, resource, shutil, sys, threading, time
 from pathlib import Path
 from shopsim_wh.export import export
 wh, out = sys.argv[1], Path(sys.argv[2])
 shutil.rmtree(out, ignore_errors=True)
+rss = []  # VmRSS (MB) once a second: does the peak grow along the run?
+def sample():
+    while True:
+        with open("/proc/self/status") as f:
+            rss.append(next(int(l.split()[1]) // 1024 for l in f if l.startswith("VmRSS")))
+        time.sleep(1)
+threading.Thread(target=sample, daemon=True).start()
 t = time.perf_counter()
 r = export("shopsimrl-v4", wh, out, format="jsonl", shard_rows=10**9, include_reasoning=True, include_persona=True)
 dt = time.perf_counter() - t
 me = resource.getrusage(resource.RUSAGE_SELF)
+fifths = [max(rss[i * len(rss) // 5:(i + 1) * len(rss) // 5] or [0]) for i in range(5)]
 print(json.dumps({"seconds": dt, "episodes": r.rows, "bytes": sum(s["bytes"] for s in r.shards),
-                  "file": str(out / r.shards[0]["file"]), "peak_rss_mb": me.ru_maxrss / 1024,
-                  "cpu_s": me.ru_utime + me.ru_stime}))
+                  "file": str(out / r.shards[0]["file"]), "peak_rss_mb": me.ru_maxrss / 1024, "rss_by_fifth": fifths,
+                  "cpu_s": me.ru_utime + me.ru_stime, "load": open("/proc/loadavg").read().split()[0]}))
 """
 
 
@@ -251,7 +262,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="500,5000", help="comma-separated episode counts")
     ap.add_argument("--with-50k", action="store_true", help="also run 50,000 episodes")
     ap.add_argument("--steps", type=int, default=15)
-    ap.add_argument("--runner-v4", type=int, default=0, help="also a runner-shape row of N episodes (see above)")
+    ap.add_argument("--runner-v4", default="", help="also runner-shape rows of N episodes, comma-separated (see above)")
     ap.add_argument("--workdir", default="/tmp/shopsim-wh-bench")
     ap.add_argument("--no-naive", action="store_true", help="skip the pandas baseline")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each measurement (best is reported)")
@@ -267,8 +278,9 @@ def main() -> None:
     print(f"{'episodes':>9} {'MB':>8} | {'ingest MB/s':>11} {'ep/s':>8} {'peak MB':>8} {'worker MB':>9} "
           f"{'cpu s':>6} {'MB/cpu-s':>8} | {'naive MB/s':>10} {'peak MB':>8} | {'floor MB/s':>10} | "
           f"{'x naive':>7} {'/ floor':>7}")
-    rows = [(str(n), n) for n in sizes] + ([("runner-v4", a.runner_v4)] if a.runner_v4 else [])
-    exported = ingested = None
+    runner_sizes = [int(s) for s in str(a.runner_v4).split(",") if s.strip() and int(s)]
+    rows = [(str(n), n) for n in sizes] + [("runner-v4", n) for n in runner_sizes]
+    exports: dict[int, tuple[dict, tuple[float, float]]] = {}
     for label, n in rows:
         if label == "runner-v4":
             src, exported = runner_v4(work, n)
@@ -286,24 +298,30 @@ def main() -> None:
             floor = best(floor, run(FLOOR, str(src)))
         ing_mbs = mb / ing["seconds"]
         if label == "runner-v4":
-            ingested = (ing_mbs, src.stat().st_size / ing["cpu_s"])
+            exports[n] = (exported, (ing_mbs, src.stat().st_size / ing["cpu_s"]))
         naive_mbs = mb / naive["seconds"] if naive else float("nan")
         floor_mbs = mb / floor["seconds"]
         print(f"{label:>9} {mb:>8.0f} | {ing_mbs:>11.1f} {ing['episodes'] / ing['seconds']:>8.0f} {ing['peak_rss_mb']:>8.0f} "
               f"{ing['worker_peak_rss_mb']:>9.0f} {ing['cpu_s']:>6.1f} {mb / ing['cpu_s']:>8.0f} | "
               f"{naive_mbs:>10.1f} {naive['peak_rss_mb'] if naive else float('nan'):>8.0f} | {floor_mbs:>10.1f} | "
               f"{ing_mbs / naive_mbs:>7.2f} {ing_mbs / floor_mbs:>7.2f}", flush=True)
-    if exported:
-        mbs = exported["bytes"] / 1e6 / exported["seconds"]
-        print(f"runner-v4 export: {a.runner_v4} episodes, {exported['bytes'] / 1e6:.0f} MB "
-              f"({exported['bytes'] / 1e3 / max(1, exported['episodes']):.1f} KB/episode) written in "
-              f"{exported['seconds']:.1f} s = {mbs:.1f} MB/s, cpu {exported['cpu_s']:.1f} s = "
-              f"{exported['bytes'] / 1e6 / exported['cpu_s']:.0f} MB/cpu-s, peak RSS {exported['peak_rss_mb']:.0f} MB "
-              "(compare with the ingest MB/s and MB/cpu-s of the runner-v4 row)", flush=True)
-        if ingested:  # the issue's target: export at least as fast as ingest reads it back (1.0 or more)
-            print(f"runner-v4 export / ingest: {mbs / ingested[0]:.2f}x the MB/s, "
-                  f"{exported['bytes'] / exported['cpu_s'] / ingested[1]:.2f}x the MB per CPU-second "
-                  f"(load {open('/proc/loadavg').read().split()[0]})", flush=True)
+        if label == "runner-v4":
+            report(n, *exports[n], ing)
+
+
+def report(n: int, exported: dict, ingested: tuple[float, float], ing: dict) -> None:
+    """The export's figures at n runner episodes, and against the ingest of its output (load at each one's end)."""
+    mbs = exported["bytes"] / 1e6 / exported["seconds"]
+    print(f"runner-v4 export: {n} episodes, {exported['bytes'] / 1e6:.0f} MB "
+          f"({exported['bytes'] / 1e3 / max(1, exported['episodes']):.1f} KB/episode) written in "
+          f"{exported['seconds']:.1f} s = {mbs:.1f} MB/s, cpu {exported['cpu_s']:.1f} s = "
+          f"{exported['bytes'] / 1e6 / exported['cpu_s']:.0f} MB/cpu-s, peak RSS {exported['peak_rss_mb']:.0f} MB "
+          f"(by fifth of the run: {', '.join(map(str, exported['rss_by_fifth']))}) "
+          f"(load {exported['load']}; compare with the ingest MB/s and MB/cpu-s of the runner-v4 row, "
+          f"load {ing['load']})", flush=True)
+    # the issue's target: export at least as fast as ingest reads it back (1.0 or more)
+    print(f"runner-v4 export / ingest at {n}: {mbs / ingested[0]:.2f}x the MB/s, "
+          f"{exported['bytes'] / exported['cpu_s'] / ingested[1]:.2f}x the MB per CPU-second", flush=True)
 
 
 if __name__ == "__main__":

@@ -127,3 +127,73 @@ def test_shadow_gives_each_batch_exactly_its_rows_and_types(export_wh, tmp_path,
         assert rows == con.execute(f"SELECT count(*) FROM {name} WHERE run_id IN (SELECT run_id FROM export_scope)"
                                    ).fetchone()[0], name
     assert seen["steps"] > 0 and seen["observations"] > 0
+
+
+def _watch_direct(monkeypatch) -> list[bool]:
+    """What batches.direct answered for each export from here on (the record kinds' path taken)."""
+    from shopsim_wh.export import batches
+
+    seen: list[bool] = []
+    real = batches.direct
+
+    def watched(*args):
+        seen.append(real(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(batches, "direct", watched)
+    return seen
+
+
+@pytest.mark.parametrize("kind,fmt", [("shopsimrl-v4", "jsonl"), ("atif", "parquet")])
+def test_record_kinds_written_directly_give_the_spill_paths_bytes(kind, fmt, export_con, tmp_path, monkeypatch):
+    """A record kind planned as sample_id ranges and written straight to its shards in batch order (no spill:
+    batches.plan_records) gives the bytes of the spill path, which a --where over more episodes than one shard
+    holds still takes: several batches, several shards, privacy scrubbing and dump-writer fallbacks included."""
+    seen = _watch_direct(monkeypatch)
+    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", str(BATCH))
+    n = export_con.execute("SELECT count(*) FROM episodes").fetchone()[0]
+    shard_rows = n // 3
+    direct = export(kind, export_con, tmp_path / "direct", format=fmt, shard_rows=shard_rows)
+    spilled = export(kind, export_con, tmp_path / "spill", format=fmt, shard_rows=shard_rows, where="true")
+    assert seen == [True, False]
+    assert len(direct.shards) > 2 and direct.shards == spilled.shards and direct.rows == spilled.rows == n
+    for s in direct.shards:
+        assert (tmp_path / "direct" / s["file"]).read_bytes() == (tmp_path / "spill" / s["file"]).read_bytes()
+    m_direct, m_spill = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("direct", "spill"))
+    assert m_direct["rows_selected"] == m_spill["rows_selected"] == n
+    assert m_direct["columns"] == m_spill["columns"]
+
+
+@pytest.mark.parametrize("where", ["status = 'completed' AND reward > 0", "false"])
+def test_record_kind_with_a_where_in_one_shard_is_written_directly(where, export_con, tmp_path, monkeypatch):
+    """With a --where, a record kind whose episodes fit one shard is still written directly (a subset of each
+    batch's planned episodes), with the bytes of the spill path; no row at all gives the same empty shard."""
+    from shopsim_wh.export import batches
+
+    seen = _watch_direct(monkeypatch)
+    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", str(BATCH))
+    direct = export("shopsimrl-v4", export_con, tmp_path / "direct", format="parquet", where=where)
+    monkeypatch.setattr(batches, "direct", lambda *a: False)
+    spilled = export("shopsimrl-v4", export_con, tmp_path / "spill", format="parquet", where=where)
+    assert seen == [True]
+    assert direct.shards == spilled.shards and direct.rows == spilled.rows
+    assert (direct.rows > 0) == (where != "false")
+    assert (tmp_path / "direct" / direct.shards[0]["file"]).read_bytes() == (
+        tmp_path / "spill" / spilled.shards[0]["file"]).read_bytes()
+
+
+def test_a_record_view_with_other_sample_ids_is_refused():
+    """A record kind's batches are ranges of the sample_id batches.record_sample_id spells: a batch whose rows
+    carry other ids, or come out of order, would be written out of order; it is refused, saying what to fix."""
+    import pyarrow as pa
+
+    from shopsim_wh.export import ExportError, batches
+    from shopsim_wh.export.registry import get_kind
+
+    spec = get_kind("atif")
+    planned = ["a", "b", "c"]
+    batches.check_planned(spec, pa.table({"sample_id": planned}), planned, every=True)
+    batches.check_planned(spec, pa.table({"sample_id": ["a", "c"]}), planned, every=False)
+    for got, every in ((["a", "c"], True), (["c", "a"], False), (["a", "x"], False), (["a", "a"], False)):
+        with pytest.raises(ExportError, match=r"sample_id must be md5\(run_id \|\| '/' \|\| episode_id \|\| ':atif'\)"):
+            batches.check_planned(spec, pa.table({"sample_id": got}), planned, every=every)

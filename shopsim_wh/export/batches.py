@@ -18,6 +18,12 @@
 
 The output does not depend on the batches or buckets (rows are re-sharded by episode and sorted), so it is
 byte-identical to a one-batch export; tests hold that.
+
+**Record kinds** (``-- record:``: one row per episode, ``sample_id`` the md5 of the episode,
+:func:`record_sample_id`) skip phases 1-3's spill (:func:`plan_records`): a batch is a range of ``sample_id``, so
+batches taken in order give the rows in the shard writer's order; they are computed two at a time and handed over
+in order (core._in_order), each row written once. The sample key is the episode: no duplicate to search for.
+At 10,000 runner episodes this took the v4 export from ~35 to ~24 CPU-s (the spill's write, read-back and sort).
 """
 
 from __future__ import annotations
@@ -234,19 +240,63 @@ def select_batch(con, spill: Path, batch: int) -> None:
                     f"SELECT * FROM read_parquet({sql_string(str(files))}, hive_partitioning = false)")
 
 
+def record_sample_id(spec: Kind) -> str:
+    """A record kind's ``sample_id`` (its view's, one per episode), so that its batches can be planned as ranges of
+    it: :func:`check_planned` refuses a batch whose rows carry other ids."""
+    return f"md5(run_id || '/' || episode_id || {sql_string(':' + spec.name)})"
+
+
+def direct(spec: Kind, where: str | None, episodes: int, shard_rows: int) -> bool:
+    """Can ``spec`` skip the spill (see :func:`plan_records`)? A record kind can when the shard count is known
+    before its rows are: without a ``where`` every planned episode gives one row; with one, when all of them fit
+    one shard."""
+    return spec.record is not None and (where is None or episodes <= shard_rows)
+
+
+def plan_records(con, spec: Kind, per_batch: int) -> list[list[str]]:
+    """A record kind's plan (one row per episode, its ``sample_id`` known up front: :func:`record_sample_id`):
+    TEMP TABLE export_batch_plan (run_id, episode_id, sample_id, batch) with batch ``i`` the ``i``-th range of
+    ``per_batch`` sample ids. Batches computed in order then hand their sorted rows straight to the shard writer,
+    already in its order (``sample_id`` within each shard): no spill, no re-sort, no duplicate search (the sample
+    key is the episode). Returns each batch's sample ids, sorted."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE export_batch_plan AS
+        SELECT run_id, episode_id, sample_id,
+               CAST((row_number() OVER (ORDER BY sample_id) - 1) // {int(per_batch)} AS INTEGER) AS batch
+        FROM (SELECT run_id, episode_id, {record_sample_id(spec)} AS sample_id
+              FROM episodes WHERE run_id IN (SELECT run_id FROM export_scope))""")
+    ids = con.execute("SELECT sample_id FROM export_batch_plan ORDER BY sample_id").fetchall()
+    return [[i for (i,) in ids[s:s + per_batch]] for s in range(0, len(ids), per_batch)] or [[]]
+
+
+def check_planned(spec: Kind, rows: pa.Table, planned: list[str], every: bool) -> None:
+    """The batch's rows are its planned episodes, in order, once each (``every``: all of them; else a subset, as
+    a ``where`` leaves): else its view's ``sample_id`` is not :func:`record_sample_id` and the order is wrong."""
+    got = rows.column("sample_id").to_pylist()
+    ok = got == planned if every else (got == sorted(set(got)) and set(got) <= set(planned))
+    if not ok:
+        from .registry import ExportError
+
+        raise ExportError(f"kind {spec.name}: the view's rows are not the planned episodes (sample_id must be "
+                          f"{record_sample_id(spec)}, one row per episode); fix {spec.path}")
+
+
 def sample_key(spec: Kind) -> str:
     parts = [f"coalesce(CAST({c} AS VARCHAR), chr(0))" for c in spec.sample]
     return "md5(" + " || chr(31) || ".join(parts) + ")"
 
 
-def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str]) -> str:
-    """Phase 1's query: the kind's rows with the sample key and, for JSONL, the line text."""
+def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str], shards: int | None = None) -> str:
+    """Phase 1's query: the kind's rows with the sample key and, for JSONL, the line text. ``shards``: a record
+    kind written directly (:func:`plan_records`): each row's shard instead of the sample key."""
     filt = f"WHERE ({where})" if where else ""
     extra = ""
     if fmt == "jsonl" and not spec.record:
         line = (f"CAST({spec.line} AS VARCHAR)" if spec.line else
                 "CAST(to_json(struct_pack(" + ", ".join(f'"{c}" := "{c}"' for c in columns) + ")) AS VARCHAR)")
         extra = f", {line} AS __line"
+    if shards is not None:
+        return (f"SELECT *, CAST(md5_number(CAST(episode_id AS VARCHAR)) % {int(shards)} AS INTEGER) AS {SHARD}, "
+                f"1 AS {DUP} FROM {spec.view} {filt} ORDER BY sample_id")
     tail = f", 0 AS {SHARD}, 1 AS {DUP}" if spec.record else ""  # record_batches carries them through
     return f"SELECT *{extra}, {sample_key(spec)} AS {KEY}{tail} FROM {spec.view} {filt} ORDER BY sample_id"
 
@@ -272,6 +322,14 @@ def batch_reader(con, spec: Kind, query: str, fmt: str, params: dict, dump=None)
 
     return pa.RecordBatchReader.from_batches(schema, (
         pa.RecordBatch.from_arrays([column(b, n) for n in keep], schema=schema) for b in reader))
+
+
+def record_rows(con, spec: Kind, query: str, fmt: str, params: dict) -> pa.Table:
+    """One batch of a record kind written directly (:func:`plan_records`): its finished rows with ``__shard``."""
+    from .records import record_batches
+
+    return record_batches(con, query, spec.record, fmt, reasoning=bool(params["export_include_reasoning"]),
+                          persona=bool(params["export_include_persona"])).read_all()
 
 
 class Spill(_Routed):

@@ -8,6 +8,8 @@ duplicates of the kind's sample columns dropped and counted), rename, and write 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import math
 import os
@@ -15,9 +17,11 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import pyarrow as pa
 
 from .. import __version__
 from ..db import ident
@@ -217,31 +221,11 @@ def _columns(con, spec) -> list[str]:
     return columns
 
 
-def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> list[Path]:
-    """Phase 1 (see batches.py): the kind's rows, batch by batch of episodes, into the spill's buckets. Batches
-    run on :func:`batches.workers` cursors at once (each with its own TEMP tables and variables); the output does
-    not depend on the order they finish in (phase 3 sorts)."""
-    import duckdb
-
-    n_batches = batches.plan(con, spec, batches.batch_episodes(spec))
-    if n_batches > 1:
-        db = con.execute("SELECT current_database()").fetchall()[0][0]  # all rows: the result is complete
-        batches.shadow(con, ident(db), spill)
-    query = batches.compute_sql(spec, expr, format, columns)
-    out = batches.Spill(spill, n_batches)
-    lock = threading.Lock()
-    scope = [r[0] for r in con.execute("SELECT run_id FROM export_scope").fetchall()]
-
-    def run(cur, b: int) -> None:
-        if n_batches > 1:
-            batches.select_batch(cur, spill, b)
-        prepare(cur, spec, blocks)
-        table = batches.batch_reader(cur, spec, query, format, params).read_all()
-        with lock:
-            out.add(table)
-
-    workers = min(batches.workers(), n_batches)
+def _cursors(con, spill: Path, params: dict, workers: int) -> Callable:
+    """A factory of worker cursors (each with its own TEMP tables and variables: the scope, the parameters, the
+    small staged tables shared through ``spill``)."""
     shared = batches.share_staging(con, spill) if workers > 1 else []
+    scope = [r[0] for r in con.execute("SELECT run_id FROM export_scope").fetchall()]
 
     def cursor():
         cur = con.cursor()
@@ -256,13 +240,16 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> l
         cur.execute("SET arrow_lossless_conversion = true")
         return cur
 
+    return cursor
+
+
+@contextlib.contextmanager
+def _sql_errors(spec, expr):
+    """DuckDB's errors of a batch as ExportErrors saying what to change."""
+    import duckdb
+
     try:
-        if workers == 1:
-            con.execute("SET arrow_lossless_conversion = true")  # JSON crosses as arrow.json: the spill keeps it
-            for b in range(n_batches):
-                run(con, b)
-        else:
-            _parallel(cursor, run, n_batches, workers)
+        yield
     except (duckdb.BinderException, duckdb.ParserException, duckdb.ConversionException) as exc:
         # a bad expression surfaces here, from DuckDB's binder
         raise ExportError(f"cannot read kind {spec.name} with --where {expr!r}: {exc}; "
@@ -271,12 +258,151 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> l
         raise ExportError(f"kind {spec.name} ran out of memory ({exc}); raise SHOPSIM_WH_EXPORT_MEMORY, lower "
                           "SHOPSIM_WH_EXPORT_BATCH_EPISODES or SHOPSIM_WH_EXPORT_THREADS, or export fewer runs at a "
                           "time (--runs)") from exc
+
+
+def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> list[Path]:
+    """Phase 1 (see batches.py): the kind's rows, batch by batch of episodes, into the spill's buckets. Batches
+    run on :func:`batches.workers` cursors at once (each with its own TEMP tables and variables); the output does
+    not depend on the order they finish in (phase 3 sorts)."""
+    n_batches = batches.plan(con, spec, batches.batch_episodes(spec))
+    if n_batches > 1:
+        db = con.execute("SELECT current_database()").fetchall()[0][0]  # all rows: the result is complete
+        batches.shadow(con, ident(db), spill)
+    query = batches.compute_sql(spec, expr, format, columns)
+    out = batches.Spill(spill, n_batches)
+    lock = threading.Lock()
+
+    def run(cur, b: int) -> None:
+        if n_batches > 1:
+            batches.select_batch(cur, spill, b)
+        prepare(cur, spec, blocks)
+        table = batches.batch_reader(cur, spec, query, format, params).read_all()
+        with lock:
+            out.add(table)
+
+    workers = min(batches.workers(), n_batches)
+    with _sql_errors(spec, expr):
+        if workers == 1:
+            con.execute("SET arrow_lossless_conversion = true")  # JSON crosses as arrow.json: the spill keeps it
+            for b in range(n_batches):
+                run(con, b)
+        else:
+            _parallel(_cursors(con, spill, params, workers), run, n_batches, workers)
     files = out.close()
     batches.unshadow(con)
     for name in blocks:
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
     return files
 
+
+def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, params, blocks, columns, planned,
+            progress) -> tuple:
+    """A record kind without the spill (batches.plan_records): batches of ``sample_id`` ranges computed on
+    :func:`batches.workers` cursors and handed to the shard writer in batch order, each sorted, so every row is
+    written once, as it comes. Returns what :func:`shard_spill` does."""
+    n_batches = len(planned)
+    total = sum(len(p) for p in planned)  # without a where, exactly the rows (check_planned holds it)
+    n_shards = max(1, math.ceil(total / shard_rows)) if expr is None else 1  # batches.direct: all fit one shard
+    if n_batches > 1:
+        db = con.execute("SELECT current_database()").fetchall()[0][0]
+        batches.shadow(con, ident(db), spill)
+    query = batches.compute_sql(spec, expr, format, columns, shards=n_shards)
+
+    def run(cur, b: int) -> pa.Table:
+        if n_batches > 1:
+            batches.select_batch(cur, spill, b)
+        prepare(cur, spec, blocks)
+        rows = batches.record_rows(cur, spec, query, format, params)
+        batches.check_planned(spec, rows, planned[b], every=expr is None)
+        return rows
+
+    workers = min(batches.workers(), n_batches)
+    if workers == 1:
+        con.execute("SET arrow_lossless_conversion = true")
+        tables = (run(con, b) for b in range(n_batches))
+    else:
+        tables = _in_order(_cursors(con, spill, params, workers), run, n_batches, workers)
+    out.mkdir(parents=True, exist_ok=True)
+    done = 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress(done, max(done, total))
+
+    with _sql_errors(spec, expr):
+        try:
+            first = next(tables)
+            reader = pa.RecordBatchReader.from_batches(first.schema, (
+                b for t in itertools.chain([first], tables) for b in t.to_batches()))
+            stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
+        except BaseException:
+            tables.close()  # stops the workers
+            for tmp in out.glob(".tmp-*"):
+                tmp.unlink()
+            raise
+    batches.unshadow(con)
+    for name in blocks:
+        con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
+    columns = [n for n in first.schema.names if not n.startswith("__")]
+    return stats.rows + stats.duplicates, n_shards, columns, stats
+
+
+def _in_order(cursor, run, n_batches: int, workers: int) -> Iterator:
+    """``run(cur, b)``'s results in batch order, computed on ``workers`` threads (each with its own ``cursor()``)
+    at most ``workers`` batches ahead of the one the consumer holds (so memory holds ``workers + 1`` batches however
+    many there are: one more ahead held 1,340 MB at 10,000 runner episodes); the first error is raised to the
+    consumer; closing the generator stops the workers."""
+    cond = threading.Condition()
+    state = {"next": 0, "taken": 0, "stop": False}
+    done: dict[int, object] = {}
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        cur = cursor()
+        try:
+            while True:
+                with cond:
+                    while (not failed and not state["stop"] and state["next"] < n_batches
+                           and state["next"] >= state["taken"] + workers):
+                        cond.wait()
+                    if failed or state["stop"] or state["next"] >= n_batches:
+                        return
+                    b = state["next"]
+                    state["next"] += 1
+                result = run(cur, b)
+                with cond:
+                    done[b] = result
+                    cond.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            with cond:
+                failed.append(exc)
+                cond.notify_all()
+        finally:
+            cur.close()
+
+    threads = [threading.Thread(target=work, name=f"export-batch-{i}") for i in range(workers)]
+    for t in threads:
+        t.start()
+    try:
+        for b in range(n_batches):
+            with cond:
+                while b not in done and not failed:
+                    cond.wait()
+                if b not in done:
+                    raise failed[0]
+                result = done.pop(b)
+                state["taken"] = b + 1
+                cond.notify_all()
+            yield result
+    finally:
+        with cond:
+            state["stop"] = True
+            done.clear()
+            cond.notify_all()
+        for t in threads:
+            t.join()
 
 
 def _parallel(cursor, run, n_batches: int, workers: int) -> None:
@@ -340,8 +466,13 @@ def shard_spill(con, files: list[Path], out: Path, shard_rows: int, format: str,
 def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot,
          root, blocks, progress, t0) -> ExportResult:
     columns = _columns(con, spec)
-    files = _compute(con, spec, spill, format, expr, params, blocks, columns)
-    total, n_shards, columns, stats = shard_spill(con, files, out, shard_rows, format, progress)
+    planned = batches.plan_records(con, spec, batches.batch_episodes(spec)) if spec.record else None
+    if planned is not None and batches.direct(spec, expr, sum(len(p) for p in planned), shard_rows):
+        total, n_shards, columns, stats = _direct(con, spec, out, spill, format, shard_rows, expr, params, blocks,
+                                                  columns, planned, progress)
+    else:
+        files = _compute(con, spec, spill, format, expr, params, blocks, columns)
+        total, n_shards, columns, stats = shard_spill(con, files, out, shard_rows, format, progress)
     if "split" not in columns:
         stats.splits = _splits_of(con, stats)
     publish(out, stats)

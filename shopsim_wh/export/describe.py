@@ -166,7 +166,10 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
   routed to their shards: every row is written and read once, so the cost grows linearly with the warehouse.
   The shards do not depend on the batch size, the bucket size or the order batches finish in (tested), and
   peak memory follows the batch and the bucket, not the warehouse. `SHOPSIM_WH_EXPORT_MEMORY` (e.g. `2GB`)
-  caps DuckDB's memory.
+  caps DuckDB's memory. The record kinds (`shopsimrl-v4`, `atif`: one row per episode, its `sample_id` the md5
+  of the episode) skip the spill: their batches are ranges of `sample_id`, computed two at a time but handed to
+  the shard writer in order, so each row is written once, as it comes (at most three batches held); a `--where`
+  selecting from more episodes than one shard holds takes the spill (the shard count is known only after it).
 
 ## Selection rules
 
