@@ -20,7 +20,9 @@
 --   source_format, split, experiment, task_id
 -- Privacy: reasoning_content (completion from steps.reasoning, prompt from messages) only with
 -- getvariable('export_include_reasoning'); persona per export_messages; nothing derived from the private goal.
--- With getvariable('export_decisions_subset') true, only the decisions of TEMP TABLE export_decisions_wanted.
+-- With getvariable('export_decisions_subset') true, only the decisions of TEMP TABLE export_decisions_wanted,
+-- reading only their actions and their agents' messages up to the last wanted turn (preference, a batch of
+-- 2,500 synthetic episodes: 2,256 of 35,166 decisions, 9,633 of 70,253 history messages); same rows as without.
 -- DuckDB-specific: getvariable, JSON[] lists, window over a range join.
 CREATE OR REPLACE VIEW export_decisions AS
 WITH decisions AS (  -- every decision, or (export_decisions_subset) only those of export_decisions_wanted
