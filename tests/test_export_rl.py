@@ -371,7 +371,7 @@ def test_task_batches_give_the_bytes_of_one_batch(con, exported, tmp_path, monke
 
 
 def test_batch_episodes_header_sets_the_batches(con, exported, tmp_path, monkeypatch):
-    """A kind's `-- batch-episodes:` header sizes its batches (preference declares 2500: its view stack costs
+    """A kind's `-- batch-episodes:` header sizes its batches (preference declares 4000: its view stack costs
     ~0.5 CPU s to plan per batch): the same header at a size smaller than the fixture runs several batches and
     gives the bytes of the one-batch export; SHOPSIM_WH_EXPORT_BATCH_EPISODES still overrides it."""
     import dataclasses
@@ -381,7 +381,7 @@ def test_batch_episodes_header_sets_the_batches(con, exported, tmp_path, monkeyp
 
     spec = get_kind("preference")
     monkeypatch.delenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", raising=False)
-    assert spec.batch_episodes == 2500 == batches.batch_episodes(spec)
+    assert spec.batch_episodes == 4000 == batches.batch_episodes(spec)
     assert batches.batch_episodes(get_kind("kto")) == batches.DEFAULT_BATCH_EPISODES  # no header: the default
     monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", "7")
     assert batches.batch_episodes(spec) == 7
