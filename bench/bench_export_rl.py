@@ -13,7 +13,7 @@
 Rates are per input episode (the pairs a warehouse yields depend on its rewards); the output rows, MB/s of
 output, peak RSS and CPU seconds (each method in its own process) are printed too, with the ratios
 export/naive and export/copy (wall) and copy/export (CPU per episode). The export computes preference in batches
-of 2,500 episodes (its `-- batch-episodes:` header; SHOPSIM_WH_EXPORT_BATCH_EPISODES overrides it). Shares bench/export_harness.py with bench_export.py.
+of 4,000 episodes (its `-- batch-episodes:` header; SHOPSIM_WH_EXPORT_BATCH_EPISODES overrides it). Shares bench/export_harness.py with bench_export.py.
 """
 
 from __future__ import annotations

@@ -371,7 +371,7 @@ def test_task_batches_give_the_bytes_of_one_batch(con, exported, tmp_path, monke
 
 
 def test_batch_episodes_header_sets_the_batches(con, exported, tmp_path, monkeypatch):
-    """A kind's `-- batch-episodes:` header sizes its batches (preference declares 2500: its view stack costs
+    """A kind's `-- batch-episodes:` header sizes its batches (preference declares 4000: its view stack costs
     ~0.5 CPU s to plan per batch): the same header at a size smaller than the fixture runs several batches and
     gives the bytes of the one-batch export; SHOPSIM_WH_EXPORT_BATCH_EPISODES still overrides it."""
     import dataclasses
@@ -381,7 +381,7 @@ def test_batch_episodes_header_sets_the_batches(con, exported, tmp_path, monkeyp
 
     spec = get_kind("preference")
     monkeypatch.delenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", raising=False)
-    assert spec.batch_episodes == 2500 == batches.batch_episodes(spec)
+    assert spec.batch_episodes == 4000 == batches.batch_episodes(spec)
     assert batches.batch_episodes(get_kind("kto")) == batches.DEFAULT_BATCH_EPISODES  # no header: the default
     monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", "7")
     assert batches.batch_episodes(spec) == 7
@@ -419,3 +419,36 @@ def test_a_bad_batch_episodes_header_says_what_to_write(tmp_path, value):
         parse_kind(kind)
     kind.write_text(kind.read_text().replace(f"batch-episodes: {value}", "batch-episodes: 40"))
     assert parse_kind(kind).batch_episodes == 40
+
+
+@pytest.mark.parametrize("window,max_tokens", [(None, None), (1, None), (None, 700)])
+def test_a_decisions_subset_gives_the_full_views_rows(wh, window, max_tokens):
+    """export_decisions restricted to export_decisions_wanted (preference's pairs, `-- decisions:`) reads only
+    the wanted decisions' calls and their agents' messages up to the last wanted turn: each row equals the full
+    view's, contexts trimmed by --window / --max-tokens, answers and tool calls included. The wanted set mixes
+    first, middle and last turns, main and sub-agents, recorded and rendered conversations."""
+    from shopsim_wh.db import install_exports
+    from shopsim_wh.export.scope import bind_params
+
+    c = connect(wh)
+    try:
+        install_exports(c)
+        bind_params(c, {"export_window": window, "export_max_tokens": max_tokens})
+        c.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
+        key = "run_id, episode_id, agent_id, step_idx"
+        full = c.execute(f"SELECT * FROM export_decisions ORDER BY {key}").fetchall()
+        names = [d[0] for d in c.description]
+        k = [names.index(n) for n in ("run_id", "episode_id", "agent_id", "step_idx")]
+        wanted = {tuple(r[i] for i in k) for j, r in enumerate(full) if j % 3 == 0 or r[names.index("is_last_turn")]}
+        assert any(w[2] != "main" for w in wanted) and any(w[3] > 2 for w in wanted)
+        assert any(r[names.index("tool_calls" if "tool_calls" in names else "n_calls")] for r in full)
+        c.executemany("INSERT INTO export_decisions_wanted VALUES (?, ?, ?, ?)", [list(w) for w in sorted(wanted)])
+        c.execute("SET VARIABLE export_decisions_subset = true")
+        subset = c.execute(f"SELECT * FROM export_decisions ORDER BY {key}").fetchall()
+        expected = [r for r in full if tuple(r[i] for i in k) in wanted]
+        assert len(subset) == len(wanted) == len(expected) < len(full)
+        assert subset == expected
+        assert any(len(r[names.index("observation")]) for r in subset)  # answers are compared, not all empty
+        assert any(len(r[names.index("prompt")]) > 3 for r in subset)  # and contexts beyond the prefix
+    finally:
+        c.close()

@@ -154,7 +154,7 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
   export with none.
 - **Exact duplicates** of the kind's sample columns are removed across the whole export (the row with the
   smallest `sample_id` stays) and counted.
-- **Bounded memory, one evaluation**: the kind is computed once, per batch of about 500 episodes (2,500 for
+- **Bounded memory, one evaluation**: the kind is computed once, per batch of about 500 episodes (4,000 for
   `preference`, whose view stack costs ~0.5 CPU s to plan per batch, 2,000 for the record kinds `shopsimrl-v4`
   and `atif`, ~0.15 CPU s: the kind header's `-- batch-episodes:`; `SHOPSIM_WH_EXPORT_BATCH_EPISODES` overrides
   them; episodes by md5 of their id, or whole tasks for the kinds

@@ -20,7 +20,9 @@
 --   source_format, split, experiment, task_id
 -- Privacy: reasoning_content (completion from steps.reasoning, prompt from messages) only with
 -- getvariable('export_include_reasoning'); persona per export_messages; nothing derived from the private goal.
--- With getvariable('export_decisions_subset') true, only the decisions of TEMP TABLE export_decisions_wanted.
+-- With getvariable('export_decisions_subset') true, only the decisions of TEMP TABLE export_decisions_wanted,
+-- reading only their actions and their agents' messages up to the last wanted turn (preference, a batch of
+-- 2,500 synthetic episodes: 2,256 of 35,166 decisions, 9,633 of 70,253 history messages); same rows as without.
 -- DuckDB-specific: getvariable, JSON[] lists, window over a range join.
 CREATE OR REPLACE VIEW export_decisions AS
 WITH decisions AS (  -- every decision, or (export_decisions_subset) only those of export_decisions_wanted
@@ -38,17 +40,33 @@ WITH decisions AS (  -- every decision, or (export_decisions_subset) only those 
             SELECT (w.run_id, w.episode_id, w.agent_id, w.step_idx) FROM export_decisions_wanted AS w)
 ),
 
-prefix AS (
-    SELECT run_id, episode_id, agent_id, list(message ORDER BY ord) AS messages, sum(est_tokens) AS n
-    FROM export_messages
-    WHERE part = 'prefix'
-    GROUP BY run_id, episode_id, agent_id
+wanted_turns AS (  -- export_decisions_subset: the turns its decisions read (their agent's, up to the last one's)
+    SELECT s.run_id, s.episode_id, s.agent_id, s.step_idx AS from_step
+    FROM steps AS s
+    JOIN (
+        SELECT run_id, episode_id, agent_id, max(step_idx) AS last_step
+        FROM export_decisions_wanted
+        GROUP BY run_id, episode_id, agent_id
+    ) AS w
+        ON w.run_id = s.run_id AND w.episode_id = s.episode_id AND w.agent_id = s.agent_id AND s.step_idx <= w.last_step
+    WHERE coalesce(getvariable('export_decisions_subset'), false)
 ),
 
-history AS (
-    SELECT run_id, episode_id, agent_id, from_step, ord, role, message, est_tokens
-    FROM export_messages
-    WHERE part = 'history'
+prefix AS (
+    SELECT m.run_id, m.episode_id, m.agent_id, list(m.message ORDER BY m.ord) AS messages, sum(m.est_tokens) AS n
+    FROM export_messages AS m
+    WHERE m.part = 'prefix' AND (NOT coalesce(getvariable('export_decisions_subset'), false)
+        OR (m.run_id, m.episode_id, m.agent_id) IN (
+            SELECT (w.run_id, w.episode_id, w.agent_id) FROM export_decisions_wanted AS w))
+    GROUP BY m.run_id, m.episode_id, m.agent_id
+),
+
+history AS (  -- a decision reads its agent's earlier turns (context) and its own (answers): none past the last
+    SELECT m.run_id, m.episode_id, m.agent_id, m.from_step, m.ord, m.role, m.message, m.est_tokens
+    FROM export_messages AS m
+    WHERE m.part = 'history' AND (NOT coalesce(getvariable('export_decisions_subset'), false)
+        OR (m.run_id, m.episode_id, m.agent_id, m.from_step) IN (
+            SELECT (w.run_id, w.episode_id, w.agent_id, w.from_step) FROM wanted_turns AS w))
 ),
 
 turn_tokens AS (
@@ -105,7 +123,9 @@ calls AS (
                              'function', json_object('name', a.tool_name, 'arguments', a.arguments)) AS VARCHAR),
             ',' ORDER BY a.call_idx) FILTER (WHERE a.call_id IS NOT NULL AND a.tool_name IS NOT NULL) || ']' AS tool_calls
     FROM actions AS a
-    WHERE a.run_id IN (SELECT run_id FROM export_scope)
+    WHERE a.run_id IN (SELECT run_id FROM export_scope) AND (NOT coalesce(getvariable('export_decisions_subset'), false)
+        OR (a.run_id, a.episode_id, a.agent_id, a.step_idx) IN (
+            SELECT (w.run_id, w.episode_id, w.agent_id, w.step_idx) FROM export_decisions_wanted AS w))
     GROUP BY a.run_id, a.episode_id, a.agent_id, a.step_idx
 ),
 

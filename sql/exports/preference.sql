@@ -6,7 +6,7 @@
 -- description: preference pairs (DPO and the like): a better vs a worse rollout of the same task (trajectory level) and a better vs a worse action from the same state (step level), with the margin
 -- params: export_min_margin, export_min_step_margin, export_max_pairs, export_window, export_max_tokens
 -- batch: task
--- batch-episodes: 2500
+-- batch-episodes: 4000
 -- materialize: export_rl_states, export_preference_pairs
 -- decisions: export_preference_needed
 --
@@ -33,9 +33,11 @@
 -- margin = chosen_value - rejected_value (rewards at trajectory level, MC values at step level); chosen_n /
 -- rejected_n = the rollouts behind each value (1 at trajectory level).
 -- DuckDB-specific: getvariable, list(... ORDER BY ...), MATERIALIZED CTEs, JSON[].
--- Batches of 2500 episodes (`-- batch-episodes:`; the default is 500): binding and optimizing this view stack
+-- Batches of 4000 episodes (`-- batch-episodes:`; the default is 500): binding and optimizing this view stack
 -- costs ~0.5 CPU s per batch whatever its size, which at 500 episodes was half of a batch's work (measured at
--- 20,000 episodes: 91 CPU s in batches of 500, 50 in batches of 2500, byte-identical shards; peak RSS 615 / 766 MB).
+-- 20,000 episodes: 91 CPU s in batches of 500, 50 in batches of 2500, byte-identical shards; peak RSS 615 / 766 MB),
+-- and fewer batch folders make the base-row copy cheaper; at 100,000 episodes (bench_export_rl.py, load ~14):
+-- 213 CPU s in batches of 2500 (973 MB), 167 in batches of 4000 (1,133 MB) or of 5000 (1,244 MB).
 -- Built in three views so that the export framework can compute the pairs once and the contexts of their
 -- decisions only: export_preference_pairs (the pairs), export_preference_needed (the decisions whose messages
 -- the pairs show; `-- decisions:` above makes export_decisions compute only those), export_preference (rows).
