@@ -104,6 +104,7 @@ def test_shadow_gives_each_batch_exactly_its_rows_and_types(export_wh, tmp_path,
     from shopsim_wh.export.registry import get_kind
 
     monkeypatch.setattr(batches, "SHADOW_ROWS", 3)
+    monkeypatch.setattr(batches, "SHADOW_ROUTE_ROWS", 7)  # three Arrow batches of 3 rows routed as one
     monkeypatch.setattr(batches, "SHADOW_PENDING_BYTES", 1)
     monkeypatch.setattr(batches, "SHADOW_OPEN_FILES", 2)
     con = connect(export_wh["root"])
