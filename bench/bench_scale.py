@@ -13,7 +13,9 @@ peak memory per episode, so a column that stays level as N grows is linear cost,
 * run_metrics ``SELECT * FROM run_metrics`` on a fresh connection (views installed; connect time included) over a
               synthetic warehouse of N episodes in two paired runs (``analytics.synth``, 15 steps per episode);
 * gate        the paired bare-vs-skill gate (bootstrap 1000) on the same warehouse, fresh connection;
-* export      ``export("sft-action", where="true")`` of that warehouse (every decision of every episode).
+* export      ``export("sft-action", where="true")`` of that warehouse (every decision of every episode); with
+              ``--export-where 'task_id % 10 = 0'`` ~10% of its episodes (a second table then gives the CPU per
+              exported episode: for warehouses whose whole export is longer than there is time for)
 
 "peak RSS" is the largest of the measured process and its children (ingest's two parse workers); "own peak RSS"
 is the measured process alone (for ingest, the one that merges the chunks and commits).
@@ -47,11 +49,13 @@ BARE, TREATMENT = "synth-ckpt-a-bare", "synth-ckpt-a-skill"
 
 PRELUDE = r"""
 import json, resource, sys, time
-def done(t, **kw):
+def stats(t):
     r = resource.getrusage(resource.RUSAGE_SELF); c = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime  # imports included; steady under a shared machine's load
-    print(json.dumps({"seconds": time.perf_counter() - t, "cpu_seconds": cpu,
-                      "peak_rss_mb": max(r.ru_maxrss, c.ru_maxrss) / 1024, "own_rss_mb": r.ru_maxrss / 1024, **kw}))
+    return {"seconds": time.perf_counter() - t, "cpu_seconds": cpu,
+            "peak_rss_mb": max(r.ru_maxrss, c.ru_maxrss) / 1024, "own_rss_mb": r.ru_maxrss / 1024}
+def done(t, **kw):
+    print(json.dumps({**stats(t), **kw}))
 """
 CODE = {
     "ingest": PRELUDE + r"""
@@ -80,8 +84,11 @@ import shutil
 from shopsim_wh.export import export
 shutil.rmtree(sys.argv[2], ignore_errors=True)
 t = time.perf_counter()
-res = export("sft-action", sys.argv[1], sys.argv[2], where="true", shard_rows=500_000)
-done(t, rows=res.rows)
+res = export("sft-action", sys.argv[1], sys.argv[2], where=sys.argv[3], shard_rows=500_000)
+m = stats(t)  # the export's figures; then, not counted, the episodes it wrote
+import duckdb
+eps = duckdb.connect().execute(f"SELECT count(DISTINCT (run_id, episode_id)) FROM read_parquet('{sys.argv[2]}/**/*.parquet')").fetchone()[0]
+print(json.dumps({**m, "rows": res.rows, "episodes_out": eps}))
 """,
 }
 
@@ -223,6 +230,9 @@ def main(argv=None) -> None:
     ap.add_argument("--warehouse-uri", default=None,
                     help="an s3://bucket/prefix to ingest into and read from instead of local disk (see above)")
     ap.add_argument("--s3-loopback", action="store_true", help="start moto's server on loopback and use it")
+    ap.add_argument("--export-where", default="true", help="the export's --where (default: every decision); "
+                    "e.g. 'task_id %% 10 = 0' exports ~10%% of the episodes of any size: does the cost per "
+                    "exported episode grow with the warehouse?")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
     work = Path(args.workdir)
@@ -230,10 +240,10 @@ def main(argv=None) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     skip = {s for s in args.skip.split(",") if s}
     with object_storage(args.s3_loopback, args.warehouse_uri) as uri:
-        print(table(measure(work, sizes, skip, uri)))
+        print(table(measure(work, sizes, skip, uri, args.export_where)))
 
 
-def measure(work: Path, sizes: list[int], skip: set[str], uri: str | None) -> list[tuple]:
+def measure(work: Path, sizes: list[int], skip: set[str], uri: str | None, where: str = "true") -> list[tuple]:
     rows = []
     for n in sizes:
         print(f"{n:,} episodes", flush=True)
@@ -249,7 +259,7 @@ def measure(work: Path, sizes: list[int], skip: set[str], uri: str | None) -> li
             continue
         wh = analytics_warehouse(work, n, uri)
         wh_bytes = size_of(wh)
-        for step, extra in (("run_metrics", ()), ("gate", (BARE, TREATMENT)), ("export", (work / f"export-{n}",))):
+        for step, extra in (("run_metrics", ()), ("gate", (BARE, TREATMENT)), ("export", (work / f"export-{n}", where))):
             if step in skip:
                 continue
             r = child(step, wh, *extra)
@@ -272,6 +282,13 @@ def table(rows: list[tuple]) -> str:
         lines.append(f"| {step} | {n:,} | {r['seconds']:.1f} | {per:,.0f} | {read / n:,.0f} | {written / n:,.0f} "
                      f"| {r['peak_rss_mb']:,.0f} | {r['own_rss_mb']:,.0f} | {per / base:.2f}x | {r['cpu_seconds']:.1f} "
                      f"| {r['cpu_seconds'] / n * 1e6:,.0f} |")
+    exports = [(n, r) for n, step, r, _, _ in rows if step == "export"]
+    if exports:  # per exported episode: what a --export-where selection is compared by
+        lines += ["", "| export: warehouse episodes | rows | episodes exported | CPU seconds "
+                  "| CPU µs per exported episode | peak RSS MB |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {n:,} | {r['rows']:,} | {r['episodes_out']:,} | {r['cpu_seconds']:.1f} "
+                  f"| {r['cpu_seconds'] / max(r['episodes_out'], 1) * 1e6:,.0f} | {r['peak_rss_mb']:,.0f} |"
+                  for n, r in exports]
     return "\n".join(lines)
 
 

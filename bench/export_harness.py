@@ -81,9 +81,9 @@ def _child(methods: dict[str, Callable], out_root: Path, name: str, wh: Path, n:
     print(json.dumps(r))
 
 
-def _run(script: str, name: str, wh: Path, n: int, unit: str) -> dict:
-    p = subprocess.run([sys.executable, script, "--child", name, "--wh", str(wh), "--naive", str(n)],
-                       capture_output=True, text=True)
+def _run(script: str, name: str, wh: Path, n: int, unit: str, out_root: Path) -> dict:
+    p = subprocess.run([sys.executable, script, "--child", name, "--wh", str(wh), "--naive", str(n),
+                        "--workdir", str(out_root)], capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"{name} failed:\n{p.stderr[-3000:]}")
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -102,10 +102,13 @@ def main(script: str, methods: dict[str, Callable], out_root: Path, generate: Ca
     ap.add_argument("--sizes", help="comma-separated warehouse sizes: export only, peak RSS at each")
     ap.add_argument("--copy-memory", help="cap DuckDB's memory for the COPY floor (e.g. 8GB; default: DuckDB's 80%% "
                     "of RAM), for warehouses whose plain COPY needs more than the machine has")
+    ap.add_argument("--workdir", type=Path, default=out_root,
+                    help=f"where the warehouses (cached by size), outputs and spills go (default: {out_root})")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--generate", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--wh", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    out_root = a.workdir
     if a.copy_memory:
         import os
 
@@ -127,7 +130,7 @@ def main(script: str, methods: dict[str, Callable], out_root: Path, generate: Ca
 
     if a.sizes:
         for n in (int(s) for s in a.sizes.split(",")):
-            r = _run(script, "export", warehouse(n), a.naive, unit)
+            r = _run(script, "export", warehouse(n), a.naive, unit, out_root)
             print(f"{n:>9,} episodes: {r['rows']:>10,} rows in {r['seconds']:8.2f} s  {r['rate']:>9,.0f} {unit}/s  "
                   f"{r['mb_per_s']:6.2f} MB/s  peak RSS {r['peak_rss_mb']:.0f} MB  {r['cpu_s']:.1f} CPU s  "
                   f"load {r['load'][0]:.1f}-{r['load'][1]:.1f}", flush=True)
@@ -135,7 +138,7 @@ def main(script: str, methods: dict[str, Callable], out_root: Path, generate: Ca
     wh = warehouse(a.n)
     res = {}
     for name in a.methods.split(","):
-        r = res[name] = _run(script, name, wh, a.naive, unit)
+        r = res[name] = _run(script, name, wh, a.naive, unit, out_root)
         print(f"{name:>7}: {r['episodes'] if 'episodes' in r else '':>9} episodes  {r['rows']:>10,} rows in "
               f"{r['seconds']:8.2f} s  {r['rate']:>9,.0f} {unit}/s  {r['mb_per_s']:6.2f} MB/s  "
               f"peak RSS {r['peak_rss_mb']:.0f} MB  {r['cpu_s']:.1f} CPU s  load {r['load'][0]:.1f}-{r['load'][1]:.1f}",

@@ -102,3 +102,45 @@ def test_parent_heap_is_flat_across_chunks(tmp_path, monkeypatch):
                        "where unit <> 'file'").fetchone() == (n, n, n)
     files = Warehouse(tmp_path / "wh").snapshot().files("import_fidelity")
     assert [e.rows for e in files] == [n]  # one file, written a row group at a time
+
+
+def test_serial_path_heap_is_flat_across_chunks(tmp_path, monkeypatch):
+    """The serial path (here a ``.gz`` file: never parsed by workers) past its first chunk keeps its episodes in
+    the same index: the heap read at each chunk's end may not grow with the episodes read (the dicts it kept
+    before: ~320 bytes per episode of the file)."""
+    import gzip
+
+    from shopsim_wh.ingest import v4
+
+    n = 8000
+    f = tmp_path / "traces.jsonl.gz"
+    with gzip.open(f, "wb", compresslevel=1) as out:
+        for i in range(n):
+            out.write(synth_v4.line(rec(i + 1)))
+    heap, dirs = [], set()
+    end_chunk = v4._end_chunk
+
+    def measured(st):
+        end_chunk(st)
+        dirs.add(st.seen.dir)
+        # the tool-list cache is bounded (cleared past 4,096 lists) but its sawtooth is MBs here: without this the
+        # old whole-file dicts (343 B per episode, checked with _end_chunk a no-op) read as -22 B per episode
+        st.tool_hash_cache.clear()
+        heap.append(tracemalloc.get_traced_memory()[0])
+
+    monkeypatch.setattr(v4, "_end_chunk", measured)
+    tracemalloc.start()
+    try:
+        s = ingest([f], tmp_path / "wh", flush_every=250)
+    finally:
+        tracemalloc.stop()
+    assert s.files[0].status == "landed" and s.files[0].episodes == n
+    assert len(heap) == n // 250 + 1  # one reading per chunk, the last one's at the end of the file
+    early, late = sorted(heap[5:15])[5], sorted(heap[-11:-1])[5]
+    episodes_between = 250 * (len(heap) - 1 - 10 - 10)
+    assert late - early < 100 * episodes_between, (early, late, episodes_between)
+    assert len(dirs) == 1 and not next(iter(dirs)).exists()  # the index's files are gone
+    con = connect(tmp_path / "wh")
+    assert con.execute("select count(*), count(distinct unit), sum(records_total), sum(converted) "
+                       "from import_fidelity where unit <> 'file'").fetchone() == (n, n, n, n)
+    assert [e.rows for e in Warehouse(tmp_path / "wh").snapshot().files("import_fidelity")] == [n]

@@ -1,4 +1,4 @@
-"""The episodes of a file's earlier chunks, for the v4 reader's parallel path, in 12 bytes per episode.
+"""The episodes of a file's earlier chunks, for the v4 reader (both paths), in 12 bytes per episode.
 
 ``read_parallel`` needs two things that depend on every earlier chunk: the attempts an episode already had (an
 episode retried across a chunk boundary is renumbered), and at the end one ``import_fidelity`` row per episode,
@@ -46,6 +46,10 @@ class EpisodeIndex:
         return self
 
     def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        """Remove the temporary files (the index is of no use after)."""
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __len__(self) -> int:

@@ -18,14 +18,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import IngestError
-from ..schema import TABLES
-from ..warehouse import StagedFile, stage_parquet_tables
+from ..warehouse import StagedFile
 from ._episode_index import EpisodeIndex
 from ._io import split_lines
 from ._pipeline import chunk_bounds, map_chunks
 from ._rows import canonical
-from .core import INGEST_ZSTD_LEVEL, UnitContext
-from .v4 import _new_state, _parse, _provenance_note, _sidecars, read_serial
+from .core import UnitContext
+from .v4 import _new_state, _parse, _sidecars, finish_indexed, read_serial
 
 WORKERS = 2
 
@@ -103,34 +102,8 @@ def _read_parallel(ctx: UnitContext, seen: EpisodeIndex):
             ctx.on_bytes(meta["bytes"])
         ctx.ready.extend(out)
         yield
-    _finish(ctx, seen, any_line, file_total, file_dropped, run_prov, goals)
+    finish_indexed(ctx, seen, any_line, file_total, file_dropped, run_prov, goals)
     yield
-
-
-def _finish(ctx: UnitContext, seen: EpisodeIndex, any_line, file_total, file_dropped, run_prov, goals) -> None:
-    """``v4._finish`` for the chunks: the ``import_fidelity`` rows (one per episode, then the file's) go to
-    one Parquet file in the warehouse's staging directory, written a row group at a time."""
-    if not any_line:
-        ctx.error(None, 0, "empty_file", "the file holds no records")
-    ctx.episodes = len(seen)
-    buf = ctx.sink.buffer("import_fidelity")
-
-    def tables():
-        for units, totals, converted, dropped in seen.fidelity_tables():
-            for row in zip(units, totals, converted, dropped, strict=True):
-                ctx.fidelity(row[0], row[1], row[2], 0, row[3])
-            yield buf.flush(ctx.load_id)
-        if file_total or not any_line:
-            ctx.fidelity("file", file_total, 0, 0, file_dropped)
-            yield buf.flush(ctx.load_id)
-
-    parts = (t for t in tables() if t is not None)
-    if ctx.staging_dir is None:
-        ctx.ready.extend(("import_fidelity", t) for t in parts)
-    elif (f := stage_parquet_tables(ctx.staging_dir, TABLES["import_fidelity"].arrow_schema, parts,
-                                    INGEST_ZSTD_LEVEL, prefix=ctx.load_id)) is not None:
-        ctx.ready.append(("import_fidelity", f))
-    _provenance_note(ctx, run_prov, goals)
 
 
 def _load_staged(f: StagedFile) -> pa.Table:

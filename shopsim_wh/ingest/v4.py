@@ -33,11 +33,14 @@ from pathlib import Path
 
 import orjson
 
+from ..schema import TABLES
+from ..warehouse import stage_parquet_tables
+from ._episode_index import EpisodeIndex
 from ._io import base_suffix, iter_lines, open_binary
 from ._json import RecordError, cap, parse_record
 from ._rows import canonical, jdump, tool_schema_hash, tools_set_hash
 from ._v4_check import NUM, SCHEMA, STRN, _peek_store, validate
-from .core import UnitContext
+from .core import INGEST_ZSTD_LEVEL, UnitContext
 from .registry import Reader, key_re, register
 
 TOP_ORDER = ("schema_version", "episode_id", "status", "job", "provenance", "started_at", "ended_at", "duration_ms",
@@ -92,6 +95,10 @@ class _State:
         self.tool_hash_cache: dict[bytes, tuple] = {}
         self.any_line = False
         self.plain: list[str] | None = None  # chunk workers: keys whose provenance is the chunk's first
+        # serial path past its first chunk: the earlier chunks' episodes; ``attempts`` / ``fid`` then hold this
+        # chunk's only, ``prior`` the attempts its episodes had in earlier chunks (counted in ``attempts``)
+        self.seen: EpisodeIndex | None = None
+        self.prior: dict[str, int] = {}
 
 
 PIPELINE_MIN_BYTES = 64 * 1024 * 1024
@@ -115,19 +122,51 @@ def _new_state(ctx: UnitContext) -> _State:
 
 
 def read_serial(ctx: UnitContext):
+    """In this process, a chunk (``flush_every`` records or ``flush_bytes``) at a time. A file of one chunk keeps
+    its episodes in dicts; past the first chunk they go to an :class:`EpisodeIndex` (12 bytes per episode, the
+    rest on disk), as on the parallel path, so memory does not grow with the file."""
     st = _new_state(ctx)
     _sidecars(ctx)
-    with ctx.watch(open_binary(ctx.path)) as f:
-        if base_suffix(ctx.path) == ".json":  # slime: one (indented) record per file
-            data = f.read()
-            if ctx.on_bytes:
-                ctx.on_bytes(len(data))
-            lines = [(1, 0, data, True)] if data.strip() else []
+    try:
+        with ctx.watch(open_binary(ctx.path)) as f:
+            if base_suffix(ctx.path) == ".json":  # slime: one (indented) record per file
+                data = f.read()
+                if ctx.on_bytes:
+                    ctx.on_bytes(len(data))
+                lines = [(1, 0, data, True)] if data.strip() else []
+            else:
+                lines = iter_lines(f, ctx.on_bytes)
+            for _ in _parse(ctx, st, lines):
+                _end_chunk(st)
+                yield
+        if st.seen is None:
+            _finish(ctx, st.any_line, st.attempts, st.fid, st.file_total, st.file_dropped, st.run_prov, st.goals[0])
         else:
-            lines = iter_lines(f, ctx.on_bytes)
-        yield from _parse(ctx, st, lines)
-    _finish(ctx, st.any_line, st.attempts, st.fid, st.file_total, st.file_dropped, st.run_prov, st.goals[0])
+            _end_chunk(st)
+            finish_indexed(ctx, st.seen, st.any_line, st.file_total, st.file_dropped, st.run_prov, st.goals[0])
+    finally:
+        if st.seen is not None:
+            st.seen.close()
     yield
+
+
+def _end_chunk(st: _State) -> None:
+    """Serial path: this chunk's episodes into the index (made at the first chunk's end); start the next."""
+    if st.seen is None:
+        st.seen = EpisodeIndex()
+    st.seen.add({e: n - st.prior.get(e, 0) for e, n in st.attempts.items()}, st.fid, st.prior)
+    st.attempts, st.fid, st.prior = {}, {}, {}
+
+
+def _next_attempt(st: _State, eid: str) -> int:
+    """The attempt number of ``eid``'s next record in this file (a worker's: within its chunk)."""
+    n = st.attempts.get(eid)
+    if n is None:
+        n = 0
+        if st.seen is not None and (p := st.seen.prior((eid,))):
+            n = st.prior[eid] = p[eid]
+    st.attempts[eid] = n + 1
+    return n + 1
 
 
 def _parse(ctx: UnitContext, st: _State, lines, offset_base: int = 0):
@@ -154,16 +193,14 @@ def _parse(ctx: UnitContext, st: _State, lines, offset_base: int = 0):
                 st.fid.setdefault(eid, [0, 0, 0])
                 st.fid[eid][0] += 1
                 st.fid[eid][2] += 1
-                attempt = st.attempts.get(eid, 0) + 1
-                st.attempts[eid] = attempt
+                attempt = _next_attempt(st, eid)
                 _emit_rejected(ctx, eid, attempt, peek[1], e)
                 ctx.attempts += 1
             else:
                 st.file_total += 1
                 st.file_dropped += 1
             continue
-        attempt = st.attempts.get(eid, 0) + 1
-        st.attempts[eid] = attempt
+        attempt = _next_attempt(st, eid)
         _emit(ctx, st, rec, eid, attempt, task_id, sample_id)
         fid = st.fid.setdefault(eid, [0, 0, 0])
         fid[0] += 1
@@ -184,6 +221,33 @@ def _finish(ctx, any_line, attempts, fid, file_total, file_dropped, run_prov, go
         ctx.fidelity(eid, total, conv, 0, dropped)
     if file_total or not any_line:
         ctx.fidelity("file", file_total, 0, 0, file_dropped)
+    _provenance_note(ctx, run_prov, goals)
+
+
+def finish_indexed(ctx: UnitContext, seen: EpisodeIndex, any_line, file_total, file_dropped, run_prov,
+                   goals) -> None:
+    """``_finish`` for a file read in chunks (either path): the ``import_fidelity`` rows (one per episode, then the
+    file's) go to one Parquet file in the warehouse's staging directory, written a row group at a time."""
+    if not any_line:
+        ctx.error(None, 0, "empty_file", "the file holds no records")
+    ctx.episodes = len(seen)
+    buf = ctx.sink.buffer("import_fidelity")
+
+    def tables():
+        for units, totals, converted, dropped in seen.fidelity_tables():
+            for row in zip(units, totals, converted, dropped, strict=True):
+                ctx.fidelity(row[0], row[1], row[2], 0, row[3])
+            yield buf.flush(ctx.load_id)
+        if file_total or not any_line:
+            ctx.fidelity("file", file_total, 0, 0, file_dropped)
+            yield buf.flush(ctx.load_id)
+
+    parts = (t for t in tables() if t is not None)
+    if ctx.staging_dir is None:
+        ctx.ready.extend(("import_fidelity", t) for t in parts)
+    elif (f := stage_parquet_tables(ctx.staging_dir, TABLES["import_fidelity"].arrow_schema, parts,
+                                    INGEST_ZSTD_LEVEL, prefix=ctx.load_id)) is not None:
+        ctx.ready.append(("import_fidelity", f))
     _provenance_note(ctx, run_prov, goals)
 
 
