@@ -452,3 +452,20 @@ def test_a_decisions_subset_gives_the_full_views_rows(wh, window, max_tokens):
         assert any(len(r[names.index("prompt")]) > 3 for r in subset)  # and contexts beyond the prefix
     finally:
         c.close()
+
+
+def test_monte_carlo_values_do_not_depend_on_the_order_rows_are_summed(tmp_path):
+    """mc_value is a mean over rollouts; summed as floats, its last bit followed the order DuckDB's threads added
+    the rows in, and prm's shards changed from run to run (sha256). The sums are exact now: same bytes each run."""
+    import hashlib
+
+    from shopsim_wh.analytics.synth import generate
+
+    wh = tmp_path / "wh"
+    generate(wh, 600, runs=1, repeats=3, coding_episodes=0)
+    digests = set()
+    for i in range(4):
+        res = export("prm", wh, tmp_path / f"prm{i}", where="true", format="jsonl")
+        digests.add(tuple(hashlib.sha256((tmp_path / f"prm{i}" / s["file"]).read_bytes()).hexdigest()
+                          for s in res.shards))
+    assert len(digests) == 1

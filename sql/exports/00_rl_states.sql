@@ -84,14 +84,17 @@ keyed AS (
 ),
 
 q AS (
-    SELECT task_id, state_key, action_key, count(*) AS n, avg(reward) AS value
+    -- exact sums (DECIMAL): a float sum's value depends on the order the threads add rows in, and the shards
+    -- must be byte-identical from run to run
+    SELECT task_id, state_key, action_key, count(*) AS n, sum(CAST(reward AS DECIMAL(38, 24))) AS total,
+           CAST(sum(CAST(reward AS DECIMAL(38, 24))) AS DOUBLE) / count(*) AS value
     FROM keyed
     WHERE rated
     GROUP BY task_id, state_key, action_key
 ),
 
 v AS (
-    SELECT task_id, state_key, sum(n) AS n, sum(n * value) / sum(n) AS value, count(*) AS n_actions
+    SELECT task_id, state_key, sum(n) AS n, CAST(sum(total) AS DOUBLE) / sum(n) AS value, count(*) AS n_actions
     FROM q
     GROUP BY task_id, state_key
 ),
