@@ -154,12 +154,13 @@ def test_a_second_invocation_of_a_running_experiment_is_refused(tmp_path, monkey
 
 
 def _signalled_run(tmp_path, name: str, second: int | None = None):
-    """A 2-worker run (100 ms per model answer) whose driver gets SIGTERM when the first episode has finished
+    """A 2-worker run (250 ms per model answer: at 100 ms a loaded machine let a worker finish all its episodes
+    before the drain reached it) whose driver gets SIGTERM when the first episode has finished
     (from the progress callback, in the driver's main thread, while its handler is installed), and ``second``
     (a signal number) as soon as the driver announces the drain."""
     import signal
 
-    cfg = load_config(_config(tmp_path / "ray.yaml", name, 100, executor="ray", ray_workers=2))
+    cfg = load_config(_config(tmp_path / "ray.yaml", name, 250, executor="ray", ray_workers=2))
     before, told = signal.getsignal(signal.SIGTERM), []
 
     def progress(event) -> None:
