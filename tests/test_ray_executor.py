@@ -192,7 +192,7 @@ def test_sigterm_on_the_driver_drains_the_workers_and_a_local_resume_completes_t
     # every episode the workers started was finished and committed (none abandoned), and most never started
     assert first.fatal is None and first.failed == 0, first
     assert first.attempted == first.committed == first.completed == stored and 2 <= stored < EPISODES, (first, stored)
-    local = load_config(_config(tmp_path / "local.yaml", name, 100))  # resumed by the single-process runner
+    local = load_config(_config(tmp_path / "local.yaml", name, 250))  # resumed by the single-process runner
     resumed = run(local, str(tmp_path / "wh"), concurrency=8)
     assert resumed.interrupted is None and resumed.skipped == stored
     after = check(tmp_path / "wh", tmp_path / "local.yaml")
