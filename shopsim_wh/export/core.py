@@ -349,11 +349,12 @@ def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, params,
     return stats.rows + stats.duplicates, n_shards, columns, stats
 
 
-def _in_order(cursor, run, n_batches: int, workers: int) -> Iterator:
+def _in_order(cursor, run, n_batches: int, workers: int, ahead: int | None = None) -> Iterator:
     """``run(cur, b)``'s results in batch order, computed on ``workers`` threads (each with its own ``cursor()``)
     at most ``workers`` batches ahead of the one the consumer holds (so memory holds ``workers + 1`` batches however
     many there are: one more ahead held 1,340 MB at 10,000 runner episodes); the first error is raised to the
-    consumer; closing the generator stops the workers."""
+    consumer; closing the generator stops the workers. ``ahead`` (default ``workers``) bounds that lead."""
+    ahead = workers if ahead is None else ahead
     cond = threading.Condition()
     state = {"next": 0, "taken": 0, "stop": False}
     done: dict[int, object] = {}
@@ -365,7 +366,7 @@ def _in_order(cursor, run, n_batches: int, workers: int) -> Iterator:
             while True:
                 with cond:
                     while (not failed and not state["stop"] and state["next"] < n_batches
-                           and state["next"] >= state["taken"] + workers):
+                           and state["next"] >= state["taken"] + ahead):
                         cond.wait()
                     if failed or state["stop"] or state["next"] >= n_batches:
                         return
@@ -406,34 +407,10 @@ def _in_order(cursor, run, n_batches: int, workers: int) -> Iterator:
 
 
 def _parallel(cursor, run, n_batches: int, workers: int) -> None:
-    """``run(cur, b)`` for every batch ``b``, on ``workers`` threads, each with its own ``cursor()``; the first
-    error stops the others (they finish their current batch) and is raised."""
-    todo = iter(range(n_batches))
-    lock = threading.Lock()
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        cur = cursor()
-        try:
-            while not failed:
-                with lock:
-                    b = next(todo, None)
-                if b is None:
-                    return
-                run(cur, b)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            failed.append(exc)
-        finally:
-            cur.close()
-
-    threads = [threading.Thread(target=work, name=f"export-batch-{i}") for i in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if failed:
-        raise failed[0]
-
+    """``run(cur, b)`` for every batch ``b``, on ``workers`` threads, each with its own ``cursor()``, in any
+    order (:func:`_in_order` with no bound on how far ahead they run); the first error is raised."""
+    for _ in _in_order(cursor, run, n_batches, workers, ahead=n_batches):
+        pass
 
 
 def shard_spill(con, files: list[Path], out: Path, shard_rows: int, format: str, progress) -> tuple:
