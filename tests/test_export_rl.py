@@ -392,8 +392,8 @@ def test_batch_episodes_header_sets_the_batches(con, exported, tmp_path, monkeyp
     planned = []
     real_plan = batches.plan
 
-    def plan(c, s, per_batch):  # the real planner; the batches it made are kept for the assertion
-        planned.append(real_plan(c, s, per_batch))
+    def plan(c, s, per_batch, episodes_where=None):  # the real planner; the batches it made are kept
+        planned.append(real_plan(c, s, per_batch, episodes_where))
         return planned[-1]
 
     monkeypatch.setattr(core, "get_kind", lambda name: small)

@@ -89,15 +89,28 @@ def batch_episodes(spec: Kind | None = None) -> int:
     return _positive_env("SHOPSIM_WH_EXPORT_BATCH_EPISODES", default)
 
 
-def plan(con, spec: Kind, per_batch: int) -> int:
-    """Fill TEMP TABLE export_batch_plan (run_id, episode_id, batch) for the scoped episodes; return the batches."""
-    n = con.execute("SELECT count(*) FROM episodes WHERE run_id IN (SELECT run_id FROM export_scope)").fetchone()[0]
+def scoped_episodes(episodes_where: str | None = None) -> str:
+    """The FROM clause of the episodes an export plans: those of the scoped runs, and with ``episodes_where`` (the
+    episode-level part of the --where, scope.pushdown) only those it holds for: the rows of the others would
+    all be filtered out, so they are never built."""
+    if episodes_where is None:
+        return "episodes WHERE run_id IN (SELECT run_id FROM export_scope)"
+    return f"export_episode_facts WHERE {episodes_where}"
+
+
+def plan(con, spec: Kind, per_batch: int, episodes_where: str | None = None) -> int:
+    """Fill TEMP TABLE export_batch_plan (run_id, episode_id, batch) for the scoped episodes (see
+    :func:`scoped_episodes`); return the batches."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE export_batch_episodes AS
+        SELECT run_id, episode_id, task_id FROM {scoped_episodes(episodes_where)}""")
+    n = con.execute("SELECT count(*) FROM export_batch_episodes").fetchone()[0]
     batches = max(1, math.ceil(n / per_batch))
     key = ("coalesce(CAST(task_id AS VARCHAR), chr(0))" if spec.batch == "task"
            else "run_id || '/' || episode_id")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE export_batch_plan AS
         SELECT run_id, episode_id, CAST(md5_number({key}) % {batches} AS INTEGER) AS batch
-        FROM episodes WHERE run_id IN (SELECT run_id FROM export_scope)""")
+        FROM export_batch_episodes""")
+    con.execute("DROP TABLE export_batch_episodes")
     return batches
 
 
@@ -268,17 +281,17 @@ def direct(spec: Kind, where: str | None, episodes: int, shard_rows: int) -> boo
     return spec.record is not None and (where is None or episodes <= shard_rows)
 
 
-def plan_records(con, spec: Kind, per_batch: int) -> list[list[str]]:
+def plan_records(con, spec: Kind, per_batch: int, episodes_where: str | None = None) -> list[list[str]]:
     """A record kind's plan (one row per episode, its ``sample_id`` known up front: :func:`record_sample_id`):
     TEMP TABLE export_batch_plan (run_id, episode_id, sample_id, batch) with batch ``i`` the ``i``-th range of
     ``per_batch`` sample ids. Batches computed in order then hand their sorted rows straight to the shard writer,
     already in its order (``sample_id`` within each shard): no spill, no re-sort, no duplicate search (the sample
-    key is the episode). Returns each batch's sample ids, sorted."""
+    key is the episode). ``episodes_where``: see :func:`scoped_episodes`. Returns each batch's sample ids, sorted."""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE export_batch_plan AS
         SELECT run_id, episode_id, sample_id,
                CAST((row_number() OVER (ORDER BY sample_id) - 1) // {int(per_batch)} AS INTEGER) AS batch
         FROM (SELECT run_id, episode_id, {record_sample_id(spec)} AS sample_id
-              FROM episodes WHERE run_id IN (SELECT run_id FROM export_scope))""")
+              FROM {scoped_episodes(episodes_where)})""")
     ids = con.execute("SELECT sample_id FROM export_batch_plan ORDER BY sample_id").fetchall()
     return [[i for (i,) in ids[s:s + per_batch]] for s in range(0, len(ids), per_batch)] or [[]]
 

@@ -27,7 +27,7 @@ from .. import __version__
 from ..db import ident
 from . import batches
 from .registry import ExportError, Kind, get_kind
-from .scope import bind_params, decontamination, select_runs, where_clause
+from .scope import bind_params, decontamination, pushdown, select_runs, where_clause
 from .writer import WriteStats, publish, write_shards
 
 EXPORTER_VERSION = f"shopsim-wh-export-1 ({__version__})"
@@ -139,10 +139,11 @@ def _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_
     bind_params(con, params)
     selected = select_runs(con, runs, experiment, allow_test)
     expr, is_default = where_clause(con, spec, where)
+    pushed = pushdown(con, spec, expr)
     blocks = blocks_of(spec)
     try:
-        return _run(con, spec, out, Path(spill), format, shard_rows, expr, is_default, params, selected, runs,
-                    experiment, snapshot, root, blocks, progress, t0)
+        return _run(con, spec, out, Path(spill), format, shard_rows, expr, is_default, pushed, params, selected,
+                    runs, experiment, snapshot, root, blocks, progress, t0)
     finally:
         for name in blocks:
             con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
@@ -260,11 +261,11 @@ def _sql_errors(spec, expr):
                           "time (--runs)") from exc
 
 
-def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> list[Path]:
-    """Phase 1 (see batches.py): the kind's rows, batch by batch of episodes, into the spill's buckets. Batches
-    run on :func:`batches.workers` cursors at once (each with its own TEMP tables and variables); the output does
-    not depend on the order they finish in (phase 3 sorts)."""
-    n_batches = batches.plan(con, spec, batches.batch_episodes(spec))
+def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, episodes_where=None) -> list[Path]:
+    """Phase 1 (see batches.py): the kind's rows, batch by batch of episodes (those ``episodes_where`` holds for:
+    scope.pushdown), into the spill's buckets. Batches run on :func:`batches.workers` cursors at once (each with its
+    own TEMP tables and variables); the output does not depend on the order they finish in (phase 3 sorts)."""
+    n_batches = batches.plan(con, spec, batches.batch_episodes(spec), episodes_where)
     if n_batches > 1:
         db = con.execute("SELECT current_database()").fetchall()[0][0]  # all rows: the result is complete
         batches.shadow(con, ident(db), spill)
@@ -295,14 +296,15 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns) -> l
     return files
 
 
-def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, params, blocks, columns, planned,
+def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, exact, params, blocks, columns, planned,
             progress) -> tuple:
     """A record kind without the spill (batches.plan_records): batches of ``sample_id`` ranges computed on
     :func:`batches.workers` cursors and handed to the shard writer in batch order, each sorted, so every row is
-    written once, as it comes. Returns what :func:`shard_spill` does."""
+    written once, as it comes. ``exact``: every planned episode gives a row (no where, or one applied whole to the
+    plan). Returns what :func:`shard_spill` does."""
     n_batches = len(planned)
-    total = sum(len(p) for p in planned)  # without a where, exactly the rows (check_planned holds it)
-    n_shards = max(1, math.ceil(total / shard_rows)) if expr is None else 1  # batches.direct: all fit one shard
+    total = sum(len(p) for p in planned)  # if exact, exactly the rows (check_planned holds it)
+    n_shards = max(1, math.ceil(total / shard_rows)) if exact else 1  # batches.direct: all fit one shard
     if n_batches > 1:
         db = con.execute("SELECT current_database()").fetchall()[0][0]
         batches.shadow(con, ident(db), spill)
@@ -313,7 +315,7 @@ def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, params,
             batches.select_batch(cur, spill, b)
         prepare(cur, spec, blocks)
         rows = batches.record_rows(cur, spec, query, format, params)
-        batches.check_planned(spec, rows, planned[b], every=expr is None)
+        batches.check_planned(spec, rows, planned[b], every=exact)
         return rows
 
     workers = min(batches.workers(), n_batches)
@@ -440,15 +442,19 @@ def shard_spill(con, files: list[Path], out: Path, shard_rows: int, format: str,
         raise
     return total, n_shards, columns, stats
 
-def _run(con, spec, out, spill, format, shard_rows, expr, is_default, params, selected, runs, experiment, snapshot,
-         root, blocks, progress, t0) -> ExportResult:
+def _run(con, spec, out, spill, format, shard_rows, expr, is_default, pushed, params, selected, runs, experiment,
+         snapshot, root, blocks, progress, t0) -> ExportResult:
     columns = _columns(con, spec)
-    planned = batches.plan_records(con, spec, batches.batch_episodes(spec)) if spec.record else None
-    if planned is not None and batches.direct(spec, expr, sum(len(p) for p in planned), shard_rows):
-        total, n_shards, columns, stats = _direct(con, spec, out, spill, format, shard_rows, expr, params, blocks,
-                                                  columns, planned, progress)
+    episodes_where, whole = pushed
+    exact = expr is None or whole  # every planned episode of a record kind gives its row
+    planned = (batches.plan_records(con, spec, batches.batch_episodes(spec), episodes_where) if spec.record
+               else None)
+    if planned is not None and batches.direct(spec, None if exact else expr, sum(len(p) for p in planned),
+                                              shard_rows):
+        total, n_shards, columns, stats = _direct(con, spec, out, spill, format, shard_rows, expr, exact, params,
+                                                  blocks, columns, planned, progress)
     else:
-        files = _compute(con, spec, spill, format, expr, params, blocks, columns)
+        files = _compute(con, spec, spill, format, expr, params, blocks, columns, episodes_where)
         total, n_shards, columns, stats = shard_spill(con, files, out, shard_rows, format, progress)
     if "split" not in columns:
         stats.splits = _splits_of(con, stats)

@@ -169,7 +169,14 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
   caps DuckDB's memory. The record kinds (`shopsimrl-v4`, `atif`: one row per episode, its `sample_id` the md5
   of the episode) skip the spill: their batches are ranges of `sample_id`, computed two at a time but handed to
   the shard writer in order, so each row is written once, as it comes (at most three batches held); a `--where`
-  selecting from more episodes than one shard holds takes the spill (the shard count is known only after it).
+  with a condition beyond the episode facts (below), selecting from more episodes than one shard holds, takes the
+  spill (the shard count is known only after it).
+- **Episode-level `--where` terms go first.** The top-level `AND` terms of a `--where` (or of the kind's default
+  selection) that name only episode facts (`status`, `reward`, `r_success`, `r_strict`, `r_loose`, `success`,
+  `source_format`, `split`, `experiment`, `task_id`) are applied to the episodes before any row is built, so the
+  batches hold only episodes that can give a row (kinds whose rows compare a task's rollouts, `preference` and
+  `prm`, take the whole warehouse). The whole expression is still applied to the rows: the output is the same,
+  only cheaper (a 10% `task_id % 10 = 0` selection of a 10,000-episode `sft-action` export: 20.0 -> 6.1 CPU s).
 
 ## Selection rules
 

@@ -98,6 +98,41 @@ def where_clause(con: duckdb.DuckDBPyConnection, kind: Kind, where: str | None) 
     return expr, False
 
 
+# Filter columns that, in every kind whose batches are episodes, hold their episode's value from
+# export_episode_facts (tests/test_export_pushdown.py checks each kind's rows against it).
+EPISODE_FACTS = ("status", "reward", "r_success", "r_strict", "r_loose", "success", "source_format", "split",
+                 "experiment", "task_id")
+
+
+def pushdown(con: duckdb.DuckDBPyConnection, kind: Kind, expr: str | None) -> tuple[str | None, bool]:
+    """The part of a --where (or default) expression an export can apply to episodes before building any row:
+    the top-level AND terms that name only :data:`EPISODE_FACTS` columns, for a kind whose rows each depend on one
+    episode (``batch: episode``; a kind comparing a task's rollouts needs the others), and whether that is the
+    whole expression; (None, False) when no term qualifies. Exact: a row passes such a term iff its episode does,
+    and the whole expression is still applied to the rows."""
+    if expr is None or kind.batch != "episode":
+        return None, False
+    tree = json.loads(con.execute("SELECT json_serialize_sql(?)", ["SELECT 1 WHERE " + expr]).fetchone()[0])
+    node = tree["statements"][0]["node"]
+    where = node["where_clause"]
+    terms = where["children"] if where.get("type") == "CONJUNCTION_AND" else [where]
+    facts = set(EPISODE_FACTS) & set(kind.filters)
+
+    def episode_level(term: dict) -> bool:
+        refs = [n for n in _nodes(term) if n.get("class") == "COLUMN_REF"]
+        return bool(refs) and all(n["column_names"][-1] in facts for n in refs)
+
+    keep = [t for t in terms if episode_level(t)]
+    if not keep:
+        return None, False
+    node["where_clause"] = keep[0] if len(keep) == 1 else {**where, "children": keep}
+    text = con.execute("SELECT json_deserialize_sql(?::JSON)", [json.dumps(tree)]).fetchone()[0]
+    prefix = "SELECT 1 WHERE "
+    if not text.startswith(prefix):  # DuckDB spells it otherwise: push nothing rather than guess
+        return None, False
+    return "(" + text[len(prefix):] + ")", len(keep) == len(terms)
+
+
 def heldout_tasks(selected: list[dict]) -> tuple[dict[str, set[int]], list[dict]]:
     """For each shop run, the val/test task ids of its split manifest (identified by hash; the embedded
     simulator's frozen file when the config names none), and the manifests used."""
