@@ -117,8 +117,7 @@ env AS MATERIALIZED (
             SELECT
                 *,
                 CAST(to_json(content) AS VARCHAR) AS obs_json,
-                CASE WHEN base = '{}' THEN [NULL, NULL, NULL]
-                     ELSE json_extract(base, ['$.observation', '$.observation_state', '$.done']) END AS got
+                CASE WHEN base = '{}' THEN [NULL, NULL, NULL] ELSE parts[2:4] END AS got
             FROM (
                 SELECT
                     *,
@@ -128,8 +127,15 @@ env AS MATERIALIZED (
                 FROM (
                     SELECT
                         *,
-                        CASE WHEN payload IS NULL OR payload = '' THEN NULL ELSE CAST(json(payload) AS VARCHAR) END AS pj
-                    FROM picked
+                        CAST(parts[1] AS VARCHAR) AS pj
+                    FROM (
+                        -- one parse of the payload: the whole (minified, as json() gives it) and the three values
+                        SELECT
+                            *,
+                            CASE WHEN payload IS NULL OR payload = '' THEN NULL ELSE json_extract(
+                                payload, ['$', '$.observation', '$.observation_state', '$.done']) END AS parts
+                        FROM picked
+                    ) AS x
                 ) AS p
             ) AS b
         ) AS g
