@@ -335,8 +335,10 @@ def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, params,
     with _sql_errors(spec, expr), _pool(con, workers):
         try:
             first = next(tables)
-            reader = pa.RecordBatchReader.from_batches(first.schema, (
+            schema = first.schema  # the first batch's rows are not kept past their turn (~100 MB at 2,000 episodes)
+            reader = pa.RecordBatchReader.from_batches(schema, (
                 b for t in itertools.chain([first], tables) for b in t.to_batches()))
+            del first
             stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
         except BaseException:
             tables.close()  # stops the workers
@@ -346,7 +348,7 @@ def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, params,
     batches.unshadow(con)
     for name in blocks:
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
-    columns = [n for n in first.schema.names if not n.startswith("__")]
+    columns = [n for n in schema.names if not n.startswith("__")]
     return stats.rows + stats.duplicates, n_shards, columns, stats
 
 
@@ -394,6 +396,7 @@ def _in_order(cursor, run, n_batches: int, workers: int, ahead: int | None = Non
                 with cond:
                     done[b] = result
                     cond.notify_all()
+                result = None  # the consumer's from now on: not held while this thread waits for a slot
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             with cond:
                 failed.append(exc)
@@ -415,6 +418,7 @@ def _in_order(cursor, run, n_batches: int, workers: int, ahead: int | None = Non
                 state["taken"] = b + 1
                 cond.notify_all()
             yield result
+            result = None  # not held while waiting for the next batch
     finally:
         with cond:
             state["stop"] = True
