@@ -117,7 +117,8 @@ env AS MATERIALIZED (
             SELECT
                 *,
                 CAST(to_json(content) AS VARCHAR) AS obs_json,
-                CASE WHEN base = '{}' THEN [NULL, NULL, NULL] ELSE parts[2:4] END AS got
+                CASE WHEN base = '{}' THEN [NULL, NULL, NULL]
+                     ELSE json_extract(base, ['$.observation', '$.observation_state', '$.done']) END AS got
             FROM (
                 SELECT
                     *,
@@ -127,15 +128,8 @@ env AS MATERIALIZED (
                 FROM (
                     SELECT
                         *,
-                        CAST(parts[1] AS VARCHAR) AS pj
-                    FROM (
-                        -- one parse of the payload: the whole (minified, as json() gives it) and the three values
-                        SELECT
-                            *,
-                            CASE WHEN payload IS NULL OR payload = '' THEN NULL ELSE json_extract(
-                                payload, ['$', '$.observation', '$.observation_state', '$.done']) END AS parts
-                        FROM picked
-                    ) AS x
+                        CASE WHEN payload IS NULL OR payload = '' THEN NULL ELSE CAST(json(payload) AS VARCHAR) END AS pj
+                    FROM picked
                 ) AS p
             ) AS b
         ) AS g
