@@ -198,3 +198,24 @@ def test_a_record_view_with_other_sample_ids_is_refused():
     for got, every in ((["a", "c"], True), (["c", "a"], False), (["a", "x"], False), (["a", "a"], False)):
         with pytest.raises(ExportError, match=r"sample_id must be md5\(run_id \|\| '/' \|\| episode_id \|\| ':atif'\)"):
             batches.check_planned(spec, pa.table({"sample_id": got}), planned, every=every)
+
+
+@pytest.mark.parametrize("kind,fmt", [("shopsimrl-v4", "jsonl"), ("sft-action", "parquet")])
+def test_batches_on_parallel_cursors_give_the_bytes_and_leave_the_threads(kind, fmt, export_con, tmp_path,
+                                                                          monkeypatch):
+    """Batches computed on two cursors at once (DuckDB's pool shrunk to the cores they leave: core._pool) give the
+    bytes of one cursor, and the connection's own thread setting is back afterwards."""
+    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", str(BATCH))
+    before = export_con.execute("SELECT current_setting('threads')").fetchone()[0]
+    export_con.execute("SET threads = 3")
+    try:
+        monkeypatch.setenv("SHOPSIM_WH_EXPORT_THREADS", "1")
+        one = export(kind, export_con, tmp_path / "one", format=fmt, shard_rows=7)
+        monkeypatch.setenv("SHOPSIM_WH_EXPORT_THREADS", "2")
+        two = export(kind, export_con, tmp_path / "two", format=fmt, shard_rows=7)
+        assert export_con.execute("SELECT current_setting('threads')").fetchone()[0] == 3
+    finally:
+        export_con.execute(f"SET threads = {int(before)}")
+    assert len(one.shards) > 1 and two.shards == one.shards and two.rows == one.rows > 0
+    for s in one.shards:
+        assert (tmp_path / "two" / s["file"]).read_bytes() == (tmp_path / "one" / s["file"]).read_bytes()
