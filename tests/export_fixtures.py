@@ -66,15 +66,44 @@ def build(root: Path, tmp: Path) -> dict:
 
 
 # Test modules register these fixtures by importing them (`_wh = export_fixtures.export_wh`); pytest then holds one
-# definition per module, so the values are cached here to build the warehouse once per session.
+# definition per module, so the values are cached here to build the warehouse once per process, and on disk
+# (shared) to build it once per test session: the xdist workers read the one built first.
 _CACHE: dict = {}
+
+
+def shared(tmp_path_factory, name: str, make):
+    """``make(directory)`` run once per test session, the xdist workers included: in a directory under their
+    common base temp, behind a file lock; its (pickled) value read back by every later caller. What it builds
+    is read only (a test that changes a warehouse copies it first)."""
+    import fcntl
+    import os
+    import pickle
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-N/popen-gwK -> pytest-N: one per session
+    d, value = base / f"shared-{name}", base / f"shared-{name}.pickle"
+    with open(base / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not value.exists():
+            shutil.rmtree(d, ignore_errors=True)  # a caller that failed half-way
+            d.mkdir()
+            tmp = value.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(make(d)))
+            os.replace(tmp, value)
+        return pickle.loads(value.read_bytes())
+
+
+def built(tmp_path_factory) -> dict:
+    """:func:`build`'s warehouse and facts, built once per test session."""
+    return shared(tmp_path_factory, "export_wh", lambda d: build(d / "wh", d))
 
 
 @pytest.fixture(scope="session", name="export_wh")
 def export_wh(tmp_path_factory) -> dict:
     if "wh" not in _CACHE:
-        tmp = tmp_path_factory.mktemp("export_wh")
-        _CACHE["wh"] = build(tmp / "wh", tmp)
+        _CACHE["wh"] = built(tmp_path_factory)
     return _CACHE["wh"]
 
 
@@ -90,11 +119,11 @@ def export_con(export_wh):
 
 @pytest.fixture(scope="session", name="every_kind")
 def every_kind(export_con, tmp_path_factory) -> dict:
-    """Each kind exported once over everything (where = true) with the default privacy flags: {kind: (result, dir)}."""
+    """Each kind exported once over everything (where = true) with the default privacy flags: {kind: (result, dir)}
+    (once per test session, as the warehouse)."""
     from shopsim_wh.export import export, list_kinds
 
     if "kinds" not in _CACHE:
-        base = tmp_path_factory.mktemp("kinds")
-        _CACHE["kinds"] = {k.name: (export(k.name, export_con, base / k.name, where="true"), base / k.name)
-                           for k in list_kinds()}
+        _CACHE["kinds"] = shared(tmp_path_factory, "every_kind", lambda base: {
+            k.name: (export(k.name, export_con, base / k.name, where="true"), base / k.name) for k in list_kinds()})
     return _CACHE["kinds"]

@@ -67,7 +67,7 @@ def spark_wh(tmp_path_factory, cache_dir) -> Path:
 
     tmp = tmp_path_factory.mktemp("spark_wh")
     root = tmp / "wh"
-    export_fixtures.build(root, tmp)  # runner episodes + every ingested real trace
+    shutil.copytree(export_fixtures.built(tmp_path_factory)["root"], root)  # runner episodes + every real trace
     generate(root, 60, runs=demo_runs(), seed=11, repeats=2, coding_episodes=4)  # the cookbook's runs, small
     return root
 

@@ -16,14 +16,15 @@ def test_wheel_ships_sql_and_loads_every_view(tmp_path):
                    check=True, capture_output=True, timeout=300)
     wheel = next(dist.glob("shopsim_wh-*.whl"))
     env = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env)
+    venv.EnvBuilder(with_pip=False).create(env)  # pip installs into it from outside (`--python`): no ensurepip
     py = env / "bin" / "python"
     # dependencies come from this interpreter's site-packages (no editable path: .pth files there are not processed)
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     (env / "lib").joinpath(*[p for p in site.split("/lib/", 1)[1].split("/")], "zz_deps.pth").write_text(
         sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)],
+                   check=True, capture_output=True, timeout=300)
     probe = f"""
 import shopsim_wh, shopsim_wh.db as db, tempfile
 assert shopsim_wh.__file__.startswith({str(env)!r}), shopsim_wh.__file__
