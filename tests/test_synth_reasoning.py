@@ -121,13 +121,13 @@ def test_an_unreachable_teacher_exits_3_naming_its_url_and_stores_nothing(tmp_pa
     from shopsim_wh.warehouse import Warehouse
 
     root = copy_warehouse(tmp_path / "wh")
-    with socket.socket() as s:  # a loopback port nothing listens on
+    with socket.socket() as s:  # a loopback port bound, never listened on: refused, and no other test can take it
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    cfg = teacher_yaml(tmp_path / "teacher.yaml", url, max_retries=1, retry_backoff_s=0.0)
-    before = Warehouse(root).snapshot().version
-    res = CliRunner().invoke(app, ["synth-reasoning", "--teacher", str(cfg), "-w", str(root), "--runs", RUNS[0],
-                                   "--format", "json"])
+        cfg = teacher_yaml(tmp_path / "teacher.yaml", url, max_retries=1, retry_backoff_s=0.0)
+        before = Warehouse(root).snapshot().version
+        res = CliRunner().invoke(app, ["synth-reasoning", "--teacher", str(cfg), "-w", str(root), "--runs", RUNS[0],
+                                       "--format", "json"])
     assert res.exit_code == 3, res.output
     assert url in res.stderr and "teacher.base_url" in res.stderr and str(cfg) in res.stderr
     d = json.loads(res.stdout)
