@@ -274,11 +274,11 @@ def record_sample_id(spec: Kind) -> str:
     return f"md5(run_id || '/' || episode_id || {sql_string(':' + spec.name)})"
 
 
-def direct(spec: Kind, where: str | None, episodes: int, shard_rows: int) -> bool:
+def direct(spec: Kind, exact: bool, episodes: int, shard_rows: int) -> bool:
     """Can ``spec`` skip the spill (see :func:`plan_records`)? A record kind can when the shard count is known
-    before its rows are: without a ``where`` every planned episode gives one row; with one, when all of them fit
-    one shard."""
-    return spec.record is not None and (where is None or episodes <= shard_rows)
+    before its rows are: when the plan is ``exact`` (no where, or one applied whole to the plan: every planned
+    episode gives one row), or when all planned episodes fit one shard."""
+    return spec.record is not None and (exact or episodes <= shard_rows)
 
 
 def plan_records(con, spec: Kind, per_batch: int, episodes_where: str | None = None) -> list[list[str]]:

@@ -471,8 +471,7 @@ def _run(con, spec, out, spill, format, shard_rows, expr, is_default, pushed, pa
     exact = expr is None or whole  # every planned episode of a record kind gives its row
     planned = (batches.plan_records(con, spec, batches.batch_episodes(spec), episodes_where) if spec.record
                else None)
-    if planned is not None and batches.direct(spec, None if exact else expr, sum(len(p) for p in planned),
-                                              shard_rows):
+    if planned is not None and batches.direct(spec, exact, sum(len(p) for p in planned), shard_rows):
         total, n_shards, columns, stats = _direct(con, spec, out, spill, format, shard_rows, expr, exact, params,
                                                   blocks, columns, planned, progress)
     else:
