@@ -159,8 +159,7 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
         buckets = batches.Spill(spill, 1)
         query = batches.compute_sql(spec, None, format, columns)
         buckets.add(batches.batch_reader(con, spec, query, format, params, dump=dump).read_all())
-        files = buckets.close()
-        total, n_shards, columns, stats = shard_spill(con, files, out, shard_rows, format, progress)
+        total, n_shards, columns, stats = shard_spill(con, buckets.close(), out, shard_rows, format, progress)
     finally:
         con.close()
         dump.close()

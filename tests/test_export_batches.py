@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from shopsim_wh.export import export
+from shopsim_wh.export import batches, export
 
 from . import export_fixtures as fx
 
@@ -25,6 +25,8 @@ def test_many_batches_give_the_bytes_of_one(kind, every_kind, export_con, tmp_pa
     one, one_dir = every_kind[kind]  # computed in one batch (the default batch is larger than this warehouse)
     monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", str(BATCH))
     monkeypatch.setenv("SHOPSIM_WH_EXPORT_BUCKET_BYTES", "4096")  # and many spill buckets
+    monkeypatch.setattr(batches, "SPILL_OPEN_GROUPS", 1)  # each cut into parts of one row group
+    monkeypatch.setattr(batches, "SPILL_PART_GROUPS", 1)
     many = export(kind, export_con, tmp_path / kind, where="true")
     assert many.rows == one.rows > 0 and many.duplicates_removed == one.duplicates_removed
     assert many.shards == one.shards
@@ -53,14 +55,20 @@ def test_a_bad_batch_size_says_what_to_set(export_con, tmp_path, monkeypatch):
         export("sft-action", export_con, tmp_path / "x")
 
 
-def test_spill_buckets_hold_ordered_ranges_and_keep_types(tmp_path):
+@pytest.mark.parametrize("open_groups", [16384, 1], ids=["one-file-a-bucket", "parts"])
+def test_spill_buckets_hold_ordered_ranges_and_keep_types(tmp_path, monkeypatch, open_groups):
     """Rows routed batch by batch land in buckets of disjoint, ordered sample_id ranges, every row once, with
-    DuckDB's JSON[] and BOOLEAN[] types intact (phase 3 reads each bucket back with DuckDB)."""
+    DuckDB's JSON[] and BOOLEAN[] types intact (phase 3 reads each bucket back with DuckDB); with a tiny row-group
+    budget every bucket is cut into several part files (bounded writer metadata) and holds the same rows."""
     import duckdb
     import pyarrow.parquet as pq
 
+    from shopsim_wh.export import batches
     from shopsim_wh.export.batches import Spill
 
+    monkeypatch.setattr(batches, "SPILL_OPEN_GROUPS", open_groups)
+    monkeypatch.setattr(batches, "SPILL_PART_GROUPS", 1)
+    monkeypatch.setattr(batches, "PENDING_BYTES", 1)  # every routed slice is flushed: one row group each
     con = duckdb.connect()
     con.execute("SET arrow_lossless_conversion = true")
     query = """SELECT md5(CAST(i AS VARCHAR)) AS sample_id, [CAST('[' || i || ']' AS JSON)] AS messages,
@@ -69,10 +77,16 @@ def test_spill_buckets_hold_ordered_ranges_and_keep_types(tmp_path):
     spill = Spill(tmp_path, n_batches=4, bucket_bytes=2000)
     for b in range(4):
         spill.add(con.sql(query.replace("LO", str(b * 100)).replace("HI", str(b * 100 + 100))).to_arrow_table())
-    files = spill.close()
-    assert len(files) > 3
-    ranges = [con.execute(f"SELECT min(sample_id), max(sample_id), count(*) FROM '{f}'").fetchone() for f in files]
+    buckets = spill.close()
+    assert len(buckets) > 3
+    parts = [len(p) for p in buckets]
+    assert max(parts) > 1 if open_groups == 1 else set(parts) == {1}
+    for b in buckets:  # at most the budget's share of row groups in any part
+        assert all(pq.ParquetFile(f).metadata.num_row_groups <= max(1, open_groups // len(buckets)) for f in b)
+    sources = ["read_parquet([" + ", ".join(f"'{f}'" for f in b) + "])" for b in buckets]
+    ranges = [con.execute(f"SELECT min(sample_id), max(sample_id), count(*) FROM {src}").fetchone() for src in sources]
     assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    files = [f for b in buckets for f in b]
     assert sum(r[2] for r in ranges) == 400 == sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     src = "read_parquet([" + ", ".join(f"'{f}'" for f in files) + "])"
     assert dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {src})").fetchall()) == {

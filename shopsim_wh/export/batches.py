@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +46,11 @@ WORKERS = 2  # batches computed at once (threads, one DuckDB cursor each)
 BUCKET_BYTES = 128 << 20  # Arrow bytes a spill bucket holds, about: what one phase-3 sort holds
 MAX_BUCKETS = 4096  # open bucket files, at most (past it buckets grow and their sorts spill)
 PENDING_BYTES = 64 << 20  # rows routed to buckets but not written yet, at most (then every bucket is flushed)
+# row groups the open bucket writers hold, about, in all: an open ParquetWriter keeps every row group's metadata
+# (~17 KB each at 20 columns), and every flush adds one to each bucket, so a bucket's file is closed and the next
+# one started past its share (at 1M episodes, 634 buckets x ~1,300 flushes held 10.9 GB before this)
+SPILL_OPEN_GROUPS = 16384
+SPILL_PART_GROUPS = 8  # row groups a bucket part holds, at least
 SHADOW_ROWS = 2048  # base rows per Arrow batch out of DuckDB, and per row group of a batch's copy (at least)
 # base rows routed at once, at most (rows, bytes): each routed chunk is cut into one slice per batch folder, and
 # at 2,048 rows that was ~50 rows a slice at 40 folders (the copy cost 65 CPU s at 100k episodes, 30 this way)
@@ -151,8 +157,9 @@ class _Routed:
     row group (``rows``), or until all keys together hold ``pending`` bytes (then every key is flushed).
     Subclasses say where a key's rows go (:meth:`_open`). Shared by the base-row copy and the spill."""
 
-    def __init__(self, rows: int, pending: int):
-        self.rows, self.pending_limit = rows, pending
+    def __init__(self, rows: int, pending: int, groups: int | None = None):
+        self.rows, self.pending_limit, self.groups_limit = rows, pending, groups
+        self.groups: dict[int, int] = {}  # row groups in each open writer
         self.schema: pa.Schema | None = None
         self.writers: dict[int, pq.ParquetWriter] = {}
         self.pending: dict[int, list[pa.RecordBatch]] = {}
@@ -189,6 +196,10 @@ class _Routed:
         table = pa.Table.from_batches(parts, self.schema)
         self.writers[k].write_table(table, row_group_size=max(table.num_rows, 1))
         self.pending_bytes -= sum(p.nbytes for p in parts)
+        self.groups[k] = self.groups.get(k, 0) + 1
+        if self.groups_limit is not None and self.groups[k] >= self.groups_limit:
+            self.writers.pop(k).close()  # its row groups' metadata leaves memory; the next rows start a new part
+            del self.groups[k]
 
     def _flush_all(self) -> None:
         for k in list(self.pending):
@@ -198,6 +209,7 @@ class _Routed:
         for w in self.writers.values():
             w.close()
         self.writers.clear()
+        self.groups.clear()
 
 
 class _Router(_Routed):
@@ -361,20 +373,19 @@ def record_rows(con, spec: Kind, query: str, fmt: str, params: dict) -> pa.Table
 
 
 class Spill(_Routed):
-    """Phase 1's output: every row once, in buckets of ``sample_id`` ranges (bucket i < bucket i + 1), one
-    Parquet file per bucket, so that phase 3 reads each row once (one bucket at a time, sorted) however many
-    batches there were. The bounds are quantiles of the first non-empty batch's ``sample_id`` (batches are random
-    shares of the episodes), their number such that a bucket holds about ``bucket_bytes`` (that batch's Arrow
-    size times the number of batches); a bucket larger than planned only makes its sort spill."""
+    """Phase 1's output: every row once, in buckets of ``sample_id`` ranges (bucket i < bucket i + 1), so that
+    phase 3 reads each row once (one bucket at a time, sorted) however many batches there were. The bounds are
+    quantiles of the first non-empty batch's ``sample_id`` (batches are random shares of the episodes), their
+    number such that a bucket holds about ``bucket_bytes`` (that batch's Arrow size times the number of batches); a
+    bucket larger than planned only makes its sort spill. A bucket is one Parquet file, or several parts when its
+    writer reached its share of :data:`SPILL_OPEN_GROUPS` row groups (memory stays flat however many flushes)."""
 
     def __init__(self, folder: Path, n_batches: int, bucket_bytes: int | None = None):
         super().__init__(SPILL_ROW_GROUP, PENDING_BYTES)
         self.folder, self.n_batches = folder, n_batches
         self.bucket_bytes = bucket_bytes or spill_bucket_bytes()
         self.bounds: list[str] | None = None
-
-    def path(self, i: int) -> Path:
-        return self.folder / f"bucket-{i:05d}.parquet"
+        self.parts: dict[int, list[Path]] = {}
 
     def add(self, table: pa.Table) -> None:
         """Route one batch's rows (any order) to their buckets."""
@@ -392,33 +403,35 @@ class Spill(_Routed):
         ids = sorted(table.column("sample_id").to_pylist())
         n = max(1, min(MAX_BUCKETS, math.ceil(table.nbytes * self.n_batches / self.bucket_bytes), len(ids)))
         self.bounds = sorted({ids[i * len(ids) // n] for i in range(1, n)})
+        self.groups_limit = max(SPILL_PART_GROUPS, SPILL_OPEN_GROUPS // (len(self.bounds) + 1))
 
     def _bucket(self, sid: pa.Array) -> pa.Array:
-        """Each row's bucket: how many bounds are <= its sample_id."""
-        import pyarrow.compute as pc
-
-        bucket = pa.array([0] * len(sid), pa.int32())
-        for b in self.bounds:
-            bucket = pc.add(bucket, pc.cast(pc.greater_equal(sid, b), pa.int32()))
-        return bucket
+        """Each row's bucket: how many bounds are <= its sample_id (one binary search per row; a kernel per bound
+        cost buckets x rows)."""
+        bounds = self.bounds
+        return pa.array([bisect_right(bounds, s) for s in sid.to_pylist()], pa.int32())
 
     def _open(self, i: int) -> pq.ParquetWriter:
-        return pq.ParquetWriter(self.path(i), self.schema, write_statistics=False)
+        parts = self.parts.setdefault(i, [])
+        parts.append(self.folder / f"bucket-{i:05d}-{len(parts):04d}.parquet")
+        return pq.ParquetWriter(parts[-1], self.schema, write_statistics=False)
 
-    def close(self) -> list[Path]:
-        """The bucket files in ``sample_id`` order (one empty file with the schema when no row came)."""
+    def close(self) -> list[list[Path]]:
+        """Each bucket's part files, buckets in ``sample_id`` order (one empty file with the schema when no row
+        came)."""
         self._flush_all()
-        files = [self.path(i) for i in sorted(self.writers)]
         self._close_writers()
-        if not files:  # no row: one empty file (empty_table cannot build extension arrays)
-            pq.ParquetWriter(self.path(0), self.schema).close()
-            return [self.path(0)]
-        return files
+        if not self.parts:  # no row: one empty file (empty_table cannot build extension arrays)
+            empty = self.folder / "bucket-empty.parquet"
+            pq.ParquetWriter(empty, self.schema).close()
+            return [[empty]]
+        return [self.parts[i] for i in sorted(self.parts)]
 
 
-def count(con, files: list[Path]) -> int:
-    """The rows in the spill files; fills TEMP TABLE export_dupkeys (sample keys seen more than once, with the
-    ``sample_id`` kept: the smallest)."""
+def count(con, buckets: list[list[Path]]) -> int:
+    """The rows in the spill's buckets (:meth:`Spill.close`); fills TEMP TABLE export_dupkeys (sample keys seen
+    more than once, with the ``sample_id`` kept: the smallest)."""
+    files = [f for parts in buckets for f in parts]
     src = _source(files)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE export_dupkeys AS
         SELECT {KEY}, min(sample_id) AS keep FROM {src} GROUP BY {KEY} HAVING count(*) > 1""")
@@ -429,24 +442,25 @@ def _source(files: list[Path]) -> str:
     return "read_parquet([" + ", ".join(sql_string(str(f)) for f in files) + "])"
 
 
-def ordered_reader(con, files: list[Path], n_shards: int, batch_rows: int) -> pa.RecordBatchReader:
+def ordered_reader(con, buckets: list[list[Path]], n_shards: int, batch_rows: int) -> pa.RecordBatchReader:
     """Every spill row in ``sample_id`` order with its ``__shard`` and ``__dup`` (2 = a later exact duplicate of a
-    sample key, counted and dropped by the writer): one query per bucket file, each row read once."""
+    sample key, counted and dropped by the writer): one query per bucket (:meth:`Spill.close`), each row read
+    once."""
 
-    def query(path: Path) -> str:
+    def query(parts: list[Path]) -> str:
         return f"""
             SELECT r.* EXCLUDE ({KEY}),
                    CAST(md5_number(CAST(r.episode_id AS VARCHAR)) % {int(n_shards)} AS INTEGER) AS {SHARD},
                    CASE WHEN d.keep IS NOT NULL AND r.sample_id <> d.keep THEN 2 ELSE 1 END AS {DUP}
-            FROM read_parquet({sql_string(str(path))}) AS r
+            FROM {_source(parts)} AS r
             LEFT JOIN export_dupkeys AS d ON d.{KEY} = r.{KEY}
             ORDER BY r.sample_id"""
 
-    schema = con.sql(query(files[0]) + " LIMIT 0").to_arrow_table().schema
+    schema = con.sql(query(buckets[0]) + " LIMIT 0").to_arrow_table().schema
 
     def gen() -> Iterator[pa.RecordBatch]:
-        for path in files:
-            reader = con.sql(query(path)).to_arrow_reader(batch_rows)
+        for parts in buckets:
+            reader = con.sql(query(parts)).to_arrow_reader(batch_rows)
             try:
                 yield from reader
             finally:

@@ -261,7 +261,8 @@ def _sql_errors(spec, expr):
                           "time (--runs)") from exc
 
 
-def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, episodes_where=None) -> list[Path]:
+def _compute(con, spec, spill: Path, format, expr, params, blocks, columns,
+             episodes_where=None) -> list[list[Path]]:
     """Phase 1 (see batches.py): the kind's rows, batch by batch of episodes (those ``episodes_where`` holds for:
     scope.pushdown), into the spill's buckets. Batches run on :func:`batches.workers` cursors at once (each with its
     own TEMP tables and variables); the output does not depend on the order they finish in (phase 3 sorts)."""
@@ -290,11 +291,11 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns, epis
         else:
             with _pool(con, workers):
                 _parallel(_cursors(con, spill, params, workers), run, n_batches, workers)
-    files = out.close()
+    buckets = out.close()
     batches.unshadow(con)
     for name in blocks:
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
-    return files
+    return buckets
 
 
 def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, exact, params, blocks, columns, planned,
@@ -437,15 +438,15 @@ def _parallel(cursor, run, n_batches: int, workers: int) -> None:
         pass
 
 
-def shard_spill(con, files: list[Path], out: Path, shard_rows: int, format: str, progress) -> tuple:
-    """Phases 2 and 3 (batches.py) over the spill's bucket files: count (sizing the shards), then every row in
+def shard_spill(con, buckets: list[list[Path]], out: Path, shard_rows: int, format: str, progress) -> tuple:
+    """Phases 2 and 3 (batches.py) over the spill's buckets (batches.Spill.close): count (sizing the shards), then every row in
     ``sample_id`` order to its shard. Returns (rows, shards, the kind's columns, the writer's stats); on failure
     no temporary shard is left behind. The DuckDB and Spark exporters both end here."""
-    total = batches.count(con, files)
+    total = batches.count(con, buckets)
     n_shards = max(1, math.ceil(total / shard_rows))
     out.mkdir(parents=True, exist_ok=True)
     con.execute("SET arrow_lossless_conversion = true")  # JSON leaves as arrow.json -> Parquet JSON logical type
-    reader = batches.ordered_reader(con, files, n_shards, BATCH_ROWS)
+    reader = batches.ordered_reader(con, buckets, n_shards, BATCH_ROWS)
     columns = [n for n in reader.schema.names if not n.startswith("__")]
     done = 0
 
@@ -475,8 +476,8 @@ def _run(con, spec, out, spill, format, shard_rows, expr, is_default, pushed, pa
         total, n_shards, columns, stats = _direct(con, spec, out, spill, format, shard_rows, expr, exact, params,
                                                   blocks, columns, planned, progress)
     else:
-        files = _compute(con, spec, spill, format, expr, params, blocks, columns, episodes_where)
-        total, n_shards, columns, stats = shard_spill(con, files, out, shard_rows, format, progress)
+        buckets = _compute(con, spec, spill, format, expr, params, blocks, columns, episodes_where)
+        total, n_shards, columns, stats = shard_spill(con, buckets, out, shard_rows, format, progress)
     if "split" not in columns:
         stats.splits = _splits_of(con, stats)
     publish(out, stats)
