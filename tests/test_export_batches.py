@@ -109,10 +109,12 @@ def test_prm_labels_split_across_shards(export_con, tmp_path):
     assert all(isinstance(v, bool) for r in rows for v in r["labels"])
 
 
-def test_shadow_gives_each_batch_exactly_its_rows_and_types(export_wh, tmp_path, monkeypatch):
+@pytest.mark.parametrize("open_files", [1000, 3], ids=["one-pass", "two-passes"])
+def test_shadow_gives_each_batch_exactly_its_rows_and_types(open_files, export_wh, tmp_path, monkeypatch):
     """The base rows copied once into one folder per batch (batches.shadow): through a batch's TEMP views a cursor
     sees exactly the base rows of that batch's episodes, with the base views' column types, however the copy was
-    cut (tiny bounds here: every Arrow batch flushed to files that are closed and reopened as new parts)."""
+    cut (tiny bounds here: every Arrow batch flushed to files that are closed and reopened as new parts; with more
+    batches than files open at once, copied to groups of batches first, then from each group to its batches)."""
     from shopsim_wh.db import connect, ident
     from shopsim_wh.export import batches
     from shopsim_wh.export.registry import get_kind
@@ -120,13 +122,16 @@ def test_shadow_gives_each_batch_exactly_its_rows_and_types(export_wh, tmp_path,
     monkeypatch.setattr(batches, "SHADOW_ROWS", 3)
     monkeypatch.setattr(batches, "SHADOW_ROUTE_ROWS", 7)  # three Arrow batches of 3 rows routed as one
     monkeypatch.setattr(batches, "SHADOW_PENDING_BYTES", 1)
-    monkeypatch.setattr(batches, "SHADOW_OPEN_FILES", 2)
+    monkeypatch.setattr(batches, "SHADOW_OPEN_FILES", open_files)
     con = connect(export_wh["root"])
     con.execute("CREATE OR REPLACE TEMP TABLE export_scope AS SELECT run_id FROM runs")
-    n = batches.plan(con, get_kind("sft-action"), BATCH)
-    assert n > 3
+    n = batches.plan(con, get_kind("sft-action"), 1)  # about one episode a batch (md5 shares)
+    assert n > 3 * open_files or open_files > n > 3  # two passes, groups of 4 batches or more; or one pass
     batches.shadow(con, ident(con.execute("SELECT current_database()").fetchall()[0][0]), tmp_path)
-    assert any(len(list(d.glob("part-*.parquet"))) > 1 for d in (tmp_path / "base" / "steps").iterdir() if d.is_dir())
+    folders = sorted(d.name for d in (tmp_path / "base" / "steps").iterdir() if d.is_dir())
+    assert folders and set(folders) <= {str(b) for b in range(n)}  # batches with rows only; the groups are gone
+    if open_files < n:  # a group's batches outnumber the files open at once: closed and reopened as new parts
+        assert any(len(list(d.glob("part-*.parquet"))) > 1 for d in (tmp_path / "base").glob("*/*") if d.is_dir())
     cur = con.cursor()
     seen = dict.fromkeys(batches.SHADOWED, 0)
     for b in range(n):
