@@ -134,7 +134,9 @@ def shadow(con, db: str, spill: Path) -> None:
     and reopened files for thousands of folders (at 1M episodes, 2,000 batches: 16,001 files of ~19 KB for the
     first 300 MB of `episodes`), so the copy's cost grew with the batches times the rows."""
     n_batches = con.execute("SELECT coalesce(max(batch), 0) + 1 FROM export_batch_plan").fetchall()[0][0]
-    per_group = math.ceil(n_batches / SHADOW_OPEN_FILES)
+    # as many groups as batches per group (each pass cuts a flush into as few pieces as the other)
+    per_group = 1 if n_batches <= SHADOW_OPEN_FILES else max(math.ceil(n_batches / SHADOW_OPEN_FILES),
+                                                               math.isqrt(n_batches - 1) + 1)
     for name in SHADOWED:
         reader = con.sql(f"""SELECT t.*, p.batch AS {BATCH_COLUMN} FROM {db}.main.{name} AS t
             JOIN export_batch_plan AS p ON p.run_id = t.run_id AND p.episode_id = t.episode_id""").to_arrow_reader(
@@ -149,31 +151,36 @@ def shadow(con, db: str, spill: Path) -> None:
         finally:
             reader.close()
         for group in sorted(p for p in groups.iterdir() if p.is_dir()):
-            _route_all(_read_parts(sorted(group.glob("*.parquet")), reader.schema), _Router(folder, reader.schema))
+            _route_all(_read_parts(sorted(group.glob("*.arrow"))), _Router(folder, reader.schema))
             shutil.rmtree(group)
         shutil.rmtree(groups)
 
 
 def _route_all(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, router: _Router) -> None:
-    """Every Arrow batch of ``batches`` to ``router``, routed :data:`SHADOW_ROUTE_ROWS` rows at a time; closes it."""
+    """Every Arrow batch of ``batches`` to ``router``, routed :data:`SHADOW_ROUTE_ROWS` rows (or
+    :data:`SHADOW_ROUTE_BYTES`) at a time; closes it."""
     chunk: list[pa.RecordBatch] = []
+    rows = size = 0
     try:
         for batch in batches:
             chunk.append(batch)
-            if sum(b.num_rows for b in chunk) >= SHADOW_ROUTE_ROWS or sum(b.nbytes for b in chunk) >= SHADOW_ROUTE_BYTES:
+            rows, size = rows + batch.num_rows, size + batch.get_total_buffer_size()
+            if rows >= SHADOW_ROUTE_ROWS or size >= SHADOW_ROUTE_BYTES:
                 router.add(_one_batch(chunk, router.input_schema))
-                chunk = []
+                chunk, rows, size = [], 0, 0
         if chunk:
             router.add(_one_batch(chunk, router.input_schema))
     finally:
         router.close()
 
 
-def _read_parts(files: list[Path], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The rows of a group's part files (written by a :class:`_Router` that kept the batch column), as written."""
-    for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=SHADOW_ROWS):
-            yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+def _read_parts(files: list[Path]) -> Iterator[pa.RecordBatch]:
+    """The rows of a group's Arrow IPC part files (the first pass of :func:`shadow`), as written."""
+    for f in files:  # read, not memory-mapped: routed slices outlive the file
+        with pa.OSFile(str(f)) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
 
 
 def _one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
@@ -183,9 +190,11 @@ def _one_batch(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBat
 
 
 class _Routed:
-    """Rows routed by an integer key to one Parquet writer per key: a key's rows wait in memory until they fill a
-    row group (``rows``), or until all keys together hold ``pending`` bytes (then every key is flushed).
-    Subclasses say where a key's rows go (:meth:`_open`). Shared by the base-row copy and the spill."""
+    """Rows routed by an integer key to one writer per key: a key's rows wait in memory until they fill a row group
+    (``rows``), or until all keys together hold ``pending`` bytes (then every key is flushed). Subclasses say where
+    a key's rows go (:meth:`_open`: a Parquet writer unless they say otherwise). Shared by the base-row copy and
+    the spill. Sizes are counted once per routed batch (the bytes of a slice cost a walk of its buffers each
+    time asked: that was 13% of the copy at 1M episodes)."""
 
     def __init__(self, rows: int, pending: int, groups: int | None = None):
         self.rows, self.pending_limit, self.groups_limit = rows, pending, groups
@@ -193,6 +202,8 @@ class _Routed:
         self.schema: pa.Schema | None = None
         self.writers: dict[int, pq.ParquetWriter] = {}
         self.pending: dict[int, list[pa.RecordBatch]] = {}
+        self.pending_rows: dict[int, int] = {}
+        self.pending_sizes: dict[int, int] = {}
         self.pending_bytes = 0
 
     def _route(self, rows: pa.RecordBatch, key: pa.Array) -> None:
@@ -202,13 +213,16 @@ class _Routed:
         if rows.num_rows > 1 and not pc.all(pc.less_equal(key[:-1], key[1:])).as_py():
             order = pc.sort_indices(key)  # stable: a key's rows keep their order
             rows, key = rows.take(order), key.take(order)
+        per_row = rows.nbytes / max(rows.num_rows, 1)
         runs = pc.run_end_encode(key)
         start = 0
         for k, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
-            part = rows.slice(start, end - start)
-            self.pending.setdefault(k, []).append(part)
-            self.pending_bytes += part.nbytes
-            if sum(p.num_rows for p in self.pending[k]) >= self.rows:
+            n, size = end - start, int((end - start) * per_row)
+            self.pending.setdefault(k, []).append(rows.slice(start, n))
+            self.pending_rows[k] = self.pending_rows.get(k, 0) + n
+            self.pending_sizes[k] = self.pending_sizes.get(k, 0) + size
+            self.pending_bytes += size
+            if self.pending_rows[k] >= self.rows:
                 self._flush(k)
             start = end
         if self.pending_bytes > self.pending_limit:
@@ -217,15 +231,18 @@ class _Routed:
     def _open(self, k: int) -> pq.ParquetWriter:
         raise NotImplementedError
 
+    def _write(self, writer, table: pa.Table) -> None:
+        writer.write_table(table, row_group_size=max(table.num_rows, 1))
+
     def _flush(self, k: int) -> None:
         parts = self.pending.pop(k, [])
+        self.pending_rows.pop(k, None)
+        self.pending_bytes -= self.pending_sizes.pop(k, 0)
         if not parts:
             return
         if k not in self.writers:
             self.writers[k] = self._open(k)
-        table = pa.Table.from_batches(parts, self.schema)
-        self.writers[k].write_table(table, row_group_size=max(table.num_rows, 1))
-        self.pending_bytes -= sum(p.nbytes for p in parts)
+        self._write(self.writers[k], pa.Table.from_batches(parts, self.schema))
         self.groups[k] = self.groups.get(k, 0) + 1
         if self.groups_limit is not None and self.groups[k] >= self.groups_limit:
             self.writers.pop(k).close()  # its row groups' metadata leaves memory; the next rows start a new part
@@ -248,7 +265,8 @@ class _Router(_Routed):
     :data:`SHADOW_OPEN_FILES` files are open at once (past it all are closed and later rows go to new parts).
     ``folder/empty.parquet`` holds the schema alone, for a batch without rows here. With ``per_group`` > 1 (the
     first of :func:`shadow`'s two passes) the folders are groups of that many consecutive batches
-    (``batch // per_group``) and the rows keep their batch column."""
+    (``batch // per_group``), the rows keep their batch column, and the files are Arrow IPC, uncompressed: read
+    once by the second pass, so written without Parquet's encoding (LZ4 cost as much as it)."""
 
     def __init__(self, folder: Path, schema: pa.Schema, per_group: int = 1):
         super().__init__(SHADOW_ROWS, SHADOW_PENDING_BYTES)
@@ -275,7 +293,15 @@ class _Router(_Routed):
         self.parts[b] = n + 1
         folder = self.folder / str(b)
         folder.mkdir(exist_ok=True)
+        if self.per_group > 1:
+            return pa.ipc.new_file(folder / f"part-{n:05d}.arrow", self.schema)
         return pq.ParquetWriter(folder / f"part-{n:05d}.parquet", self.schema, write_statistics=False)
+
+    def _write(self, writer, table: pa.Table) -> None:
+        if self.per_group > 1:
+            writer.write_table(table)
+        else:
+            super()._write(writer, table)
 
     def close(self) -> None:
         self._flush_all()
