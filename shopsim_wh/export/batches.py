@@ -28,8 +28,10 @@ At 10,000 runner episodes this took the v4 export from ~35 to ~24 CPU-s (the spi
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import re
 import shutil
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -121,13 +123,80 @@ def plan(con, spec: Kind, per_batch: int, episodes_where: str | None = None) -> 
     return batches
 
 
-def shadow(con, db: str, spill: Path) -> None:
+@functools.lru_cache(maxsize=1)
+def _definitions() -> dict[str, str]:
+    """The code (comments stripped) of every shipped statement, by the view, table or macro it defines (a macro
+    defined more than once: all its definitions)."""
+    from ..db import _DEFINES, ordered_sql, sql_dir
+
+    out: dict[str, str] = {}
+    for _, text in ordered_sql(str(sql_dir())):
+        name = None
+        for stmt in re.sub(r"--[^\n]*", "", text).split(";"):
+            m = _DEFINES.search(stmt)
+            name = m.group(1).lower() if m else name  # no CREATE: the rest of one cut at a ';' in a string
+            if name:
+                out[name] = out.get(name, "") + stmt
+    return out
+
+
+def _words(sql: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"\w+", re.sub(r"--[^\n]*", "", sql))}
+
+
+def shadow_columns(con, db: str, spec: Kind, blocks) -> dict[str, list[str]] | None:
+    """The columns of each :data:`SHADOWED` view the batches of ``spec`` can read: those whose name is a word of
+    the SQL the kind reaches (its file, the building blocks, and every shipped view or macro they name,
+    transitively), so that :func:`shadow` copies no other (at runner shape the observations' payloads and
+    states, ~60% of the base rows' bytes, that ``sft-action`` never reads). Held only if the kind's view, its
+    blocks and its decisions view bind over views of those columns alone to the same columns and types (a
+    column reached through ``*`` only, or named where no word shows it, fails that check): else None, every
+    column is copied; so for a record kind, whose fallback records the dump writer builds from the batch's views.
+    """
+    if spec.record:
+        return None
+    defs = _definitions()
+    words: set[str] = set()
+    todo = _words(spec.sql) | {b.lower() for b in blocks}
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in defs:
+            found = _words(defs[name])
+            words |= found
+            todo |= found & defs.keys()
+    words |= _words(spec.sql)
+    keep = {}
+    for name in SHADOWED:
+        cols = [r[0] for r in con.execute(f"DESCRIBE {db}.main.{name}").fetchall()]
+        keep[name] = [c for c in cols if c.lower() in words or c in ("run_id", "episode_id")]
+    checked = [spec.view, *blocks, *([spec.decisions] if spec.decisions else [])]
+    want = [con.execute(f"DESCRIBE SELECT * FROM {v}").fetchall() for v in checked]
+    try:
+        for name, cols in keep.items():
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT {', '.join(ident(c) for c in cols)} "
+                        f"FROM {db}.main.{name}")
+        got = [con.execute(f"DESCRIBE SELECT * FROM {v}").fetchall() for v in checked]
+    except Exception:  # noqa: BLE001 - a column the words missed: DuckDB's binder says so
+        got = None
+    finally:
+        for name in SHADOWED:
+            con.execute(f"DROP VIEW IF EXISTS temp.main.{name}")
+    return keep if got == want else None
+
+
+def shadow(con, db: str, spill: Path, columns: dict[str, list[str]] | None = None) -> None:
     """Copy each :data:`SHADOWED` base view's scoped rows once into ``spill``, one folder per batch
     (``base/<view>/<batch>/part-<n>.parquet``), so that a batch reads exactly its own files: one pass over the base
     tables, not one per batch, and no batch opens a file whose size grows with the warehouse. DuckDB streams the
     rows (scan and join, no sort) as Arrow, and :class:`_Router` sends each to its batch's folder holding at most
     :data:`SHADOW_PENDING_BYTES` of rows in memory: the copy's memory does not grow with the warehouse (the sort
     by batch this replaces ran out of memory on rows of several KB).
+
+    ``columns``: the columns to copy of each view (:func:`shadow_columns`), else all.
 
     Past :data:`SHADOW_OPEN_FILES` batches the rows go in two passes, each routing to at most that many folders:
     to groups of consecutive batches first, then each group's rows to its batches. In one pass every flush closed
@@ -138,7 +207,8 @@ def shadow(con, db: str, spill: Path) -> None:
     per_group = 1 if n_batches <= SHADOW_OPEN_FILES else max(math.ceil(n_batches / SHADOW_OPEN_FILES),
                                                                math.isqrt(n_batches - 1) + 1)
     for name in SHADOWED:
-        reader = con.sql(f"""SELECT t.*, p.batch AS {BATCH_COLUMN} FROM {db}.main.{name} AS t
+        cols = "t.*" if columns is None else ", ".join(f"t.{ident(c)}" for c in columns[name])
+        reader = con.sql(f"""SELECT {cols}, p.batch AS {BATCH_COLUMN} FROM {db}.main.{name} AS t
             JOIN export_batch_plan AS p ON p.run_id = t.run_id AND p.episode_id = t.episode_id""").to_arrow_reader(
             SHADOW_ROWS)
         folder = spill / "base" / name

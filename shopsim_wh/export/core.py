@@ -269,7 +269,7 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns,
     n_batches = batches.plan(con, spec, batches.batch_episodes(spec), episodes_where)
     if n_batches > 1:
         db = con.execute("SELECT current_database()").fetchall()[0][0]  # all rows: the result is complete
-        batches.shadow(con, ident(db), spill)
+        batches.shadow(con, ident(db), spill, batches.shadow_columns(con, ident(db), spec, blocks))
     query = batches.compute_sql(spec, expr, format, columns)
     out = batches.Spill(spill, n_batches)
     lock = threading.Lock()
@@ -309,7 +309,7 @@ def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, exact, 
     n_shards = max(1, math.ceil(total / shard_rows)) if exact else 1  # batches.direct: all fit one shard
     if n_batches > 1:
         db = con.execute("SELECT current_database()").fetchall()[0][0]
-        batches.shadow(con, ident(db), spill)
+        batches.shadow(con, ident(db), spill, batches.shadow_columns(con, ident(db), spec, blocks))
     query = batches.compute_sql(spec, expr, format, columns, shards=n_shards)
 
     def run(cur, b: int) -> pa.Table:
