@@ -220,8 +220,9 @@ def shadow(con, db: str, spill: Path, columns: dict[str, list[str]] | None = Non
             _route_all(reader, _Router(groups, reader.schema, per_group))
         finally:
             reader.close()
+        _Router(folder, reader.schema).close()  # writes folder/empty.parquet, also when no group got a row
         for group in sorted(p for p in groups.iterdir() if p.is_dir()):
-            _route_all(_read_parts(sorted(group.glob("*.arrow"))), _Router(folder, reader.schema))
+            _route_all(_read_parts(sorted(group.glob("*.arrow"))), _Router(folder, reader.schema, empty=False))
             shutil.rmtree(group)
         shutil.rmtree(groups)
 
@@ -338,13 +339,13 @@ class _Router(_Routed):
     (``batch // per_group``), the rows keep their batch column, and the files are Arrow IPC, uncompressed: read
     once by the second pass, so written without Parquet's encoding (LZ4 cost as much as it)."""
 
-    def __init__(self, folder: Path, schema: pa.Schema, per_group: int = 1):
+    def __init__(self, folder: Path, schema: pa.Schema, per_group: int = 1, empty: bool = True):
         super().__init__(SHADOW_ROWS, SHADOW_PENDING_BYTES)
         self.folder, self.per_group, self.input_schema = folder, per_group, schema
         self.schema = schema if per_group > 1 else pa.schema([f for f in schema if f.name != BATCH_COLUMN])
         self.parts: dict[int, int] = {}
         folder.mkdir(parents=True, exist_ok=True)
-        if per_group == 1:
+        if per_group == 1 and empty:  # once per view: a second pass's routers share the folder
             pq.ParquetWriter(folder / "empty.parquet", self.schema).close()
 
     def add(self, batch: pa.RecordBatch) -> None:
