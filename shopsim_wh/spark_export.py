@@ -6,7 +6,7 @@ set the export parameters as Spark session variables and the scope as the ``expo
 exports layer (the building blocks materialized, as DuckDB's exporter does), then compute the kind's view
 filtered by ``--where`` on Spark. The rows come back to the driver as Arrow, typed as the DuckDB path types them
 (JSON columns as Arrow's JSON extension type), and the DuckDB exporter's phases 2 and 3
-(:mod:`shopsim_wh.export.batches`, as one batch) shard them (``md5_number(episode_id) % shards``, ordered by
+(:mod:`shopsim_wh.export.batches`, as one batch) shard them (by ranges of an md5 of ``episode_id``, ordered by
 ``sample_id``, exact duplicates dropped) before the manifest is written. The driver therefore holds one kind's
 rows at a time: fine for the exports of a run, not for a whole fleet at once. A kind with ``-- decisions:``
 (preference) computes every decision's context on Spark (DuckDB's exporter computes only the pairs'): the same

@@ -137,6 +137,9 @@ def test_reexport_is_byte_identical_and_the_manifest_describes_it(export_wh, tmp
     rows_by_shard = [pq.read_table(tmp_path / "a" / s["file"]).to_pylist() for s in m["shards"]]
     episodes = [{r["episode_id"] for r in rows} for rows in rows_by_shard]
     assert sum(len(e) for e in episodes) == len(set().union(*episodes))  # an episode lives in one shard
+    from shopsim_wh.export.batches import shard_of
+
+    assert all(shard_of(e, len(episodes)) == i for i, eps in enumerate(episodes) for e in eps)  # the documented one
     for rows in rows_by_shard:
         assert [r["sample_id"] for r in rows] == sorted(r["sample_id"] for r in rows)
     # default selection: completed and successful only; fingerprints of the source runs recorded

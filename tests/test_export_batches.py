@@ -1,9 +1,10 @@
 """Bounded-memory exports (shopsim_wh/export/batches.py): a kind computed per batch of episodes and spilled in
-many ``sample_id`` buckets gives the same bytes as one batch in one bucket, exact duplicates in different batches
+many episode-hash buckets gives the same bytes as one batch in one bucket, exact duplicates in different batches
 included (issue 10)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -59,10 +60,11 @@ def test_a_bad_batch_size_says_what_to_set(export_con, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("open_groups", [16384, 1], ids=["one-file-a-bucket", "parts"])
-def test_spill_buckets_hold_ordered_ranges_and_keep_types(tmp_path, monkeypatch, open_groups):
-    """Rows routed batch by batch land in buckets of disjoint, ordered sample_id ranges, every row once, with
-    DuckDB's JSON[] and BOOLEAN[] types intact (phase 3 reads each bucket back with DuckDB); with a tiny row-group
-    budget every bucket is cut into several part files (bounded writer metadata) and holds the same rows."""
+def test_spill_buckets_hold_hash_ranges_and_keep_types(tmp_path, monkeypatch, open_groups):
+    """Rows routed batch by batch land in the bucket of their episode hash's range (batches.hash_range: bucket i
+    of n holds the hashes h with h * n // 2**32 == i), every row once, with DuckDB's JSON[] and BOOLEAN[] types
+    intact (phase 3 reads the buckets back with DuckDB); with a tiny row-group budget every bucket is cut into
+    several part files (bounded writer metadata) and holds the same rows."""
     import duckdb
     import pyarrow.parquet as pq
 
@@ -74,30 +76,53 @@ def test_spill_buckets_hold_ordered_ranges_and_keep_types(tmp_path, monkeypatch,
     monkeypatch.setattr(batches, "PENDING_BYTES", 1)  # every routed slice is flushed: one row group each
     con = duckdb.connect()
     con.execute("SET arrow_lossless_conversion = true")
-    query = """SELECT md5(CAST(i AS VARCHAR)) AS sample_id, [CAST('[' || i || ']' AS JSON)] AS messages,
-                      CASE WHEN i % 3 = 0 THEN NULL ELSE [i % 2 = 0, true] END AS labels
+    query = f"""SELECT md5(CAST(i AS VARCHAR)) AS sample_id, 'ep-' || (i // 3) AS episode_id,
+                      [CAST('[' || i || ']' AS JSON)] AS messages,
+                      CASE WHEN i % 3 = 0 THEN NULL ELSE [i % 2 = 0, true] END AS labels,
+                      {batches.hash_sql()} AS __h
                FROM range(LO, HI) AS t(i)"""
     spill = Spill(tmp_path, n_batches=4, bucket_bytes=2000)
     for b in range(4):
         spill.add(con.sql(query.replace("LO", str(b * 100)).replace("HI", str(b * 100 + 100))).to_arrow_table())
     buckets = spill.close()
-    assert len(buckets) > 3
+    n = len(buckets)
+    assert n > 3
     parts = [len(p) for p in buckets]
     assert max(parts) > 1 if open_groups == 1 else set(parts) == {1}
     for b in buckets:  # at most the budget's share of row groups in any part
-        assert all(pq.ParquetFile(f).metadata.num_row_groups <= max(1, open_groups // len(buckets)) for f in b)
-    sources = ["read_parquet([" + ", ".join(f"'{f}'" for f in b) + "])" for b in buckets]
-    ranges = [con.execute(f"SELECT min(sample_id), max(sample_id), count(*) FROM {src}").fetchone() for src in sources]
-    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        assert all(pq.ParquetFile(f).metadata.num_row_groups <= max(1, open_groups // n) for f in b)
+    for i, b in enumerate(buckets):
+        lo, hi = batches.hash_range(i, n)
+        rows = pq.read_table(b).to_pylist()
+        assert all(lo <= r["__h"] <= hi for r in rows)
+        assert all(r["__h"] == int(hashlib.md5(r["episode_id"].encode()).hexdigest()[:8], 16) for r in rows)
     files = [f for b in buckets for f in b]
-    assert sum(r[2] for r in ranges) == 400 == sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    assert sum(pq.ParquetFile(f).metadata.num_rows for f in files) == 400
     src = "read_parquet([" + ", ".join(f"'{f}'" for f in files) + "])"
     assert dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {src})").fetchall()) == {
-        "sample_id": "VARCHAR", "messages": "JSON[]", "labels": "BOOLEAN[]"}
+        "sample_id": "VARCHAR", "episode_id": "VARCHAR", "messages": "JSON[]", "labels": "BOOLEAN[]", "__h": "BIGINT"}
     everything = query.replace("LO", "0").replace("HI", "400")
     assert con.execute(f"SELECT count(*) FROM {src} AS s JOIN ({everything}) AS q "
                        "ON q.sample_id = s.sample_id AND q.messages = s.messages "
                        "AND q.labels IS NOT DISTINCT FROM s.labels").fetchone()[0] == 400
+
+
+def test_shards_are_ranges_of_the_episode_hash():
+    """shard_of (Python) and shard_sql (DuckDB) agree, every shard of n is a contiguous hash range
+    (batches.hash_range) and the ranges tile [0, 2**32)."""
+    import duckdb
+
+    from shopsim_wh.export import batches
+
+    ids = [f"ep-{i}" for i in range(500)] + ["", "épisode", "0"]
+    for n in (1, 2, 3, 7, 139):
+        got = duckdb.execute(f"SELECT {batches.shard_sql(n, 'e')} FROM unnest($ids) AS t(e)", {"ids": ids}).fetchall()
+        assert [g for (g,) in got] == [batches.shard_of(e, n) for e in ids]
+        ranges = [batches.hash_range(i, n) for i in range(n)]
+        assert ranges[0][0] == 0 and ranges[-1][1] == 2**32 - 1
+        assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        assert all(batches.shard_of(e, n) == i for e in ids for i, (lo, hi) in enumerate(ranges)
+                   if lo <= int(hashlib.md5(e.encode()).hexdigest()[:8], 16) <= hi)
 
 
 def test_prm_labels_split_across_shards(export_con, tmp_path):
@@ -264,3 +289,26 @@ def test_batches_copy_only_the_columns_a_kind_reads(export_con):
         assert sum(map(len, keep.values())) < sum(map(len, full.values())), k.name
     assert "payload" not in batches.shadow_columns(export_con, db, get_kind("sft-action"),
                                                    blocks_of(get_kind("sft-action")))["observations"]
+
+
+def test_the_shard_writer_holds_one_shard_and_refuses_rows_out_of_shard_order(tmp_path):
+    """write_shards finishes a shard when the next starts (its memory is one shard's pending rows, however many
+    shards), gives shards with no row their empty file, and refuses a row of a shard it has already finished."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shopsim_wh.export.writer import DUP, SHARD, write_shards
+
+    def batch(shards):
+        n = len(shards)
+        return pa.record_batch({"sample_id": [f"s{i}" for i in range(n)], "run_id": ["r"] * n, "task_id": [1] * n,
+                                SHARD: pa.array(shards, pa.int32()), DUP: [1] * n})
+
+    b = batch([0, 0, 2, 2, 2])
+    stats = write_shards(pa.RecordBatchReader.from_batches(b.schema, [b, batch([2, 4])]), tmp_path, 5, "parquet", None)
+    assert [s.rows for s in stats.shards] == [2, 0, 4, 0, 1]
+    assert [pq.read_metadata(tmp_path / (".tmp-" + s.file)).num_rows for s in stats.shards] == [2, 0, 4, 0, 1]
+    out = tmp_path / "bad"
+    out.mkdir()
+    with pytest.raises(RuntimeError, match="rows of shard 0 after shard 1"):
+        write_shards(pa.RecordBatchReader.from_batches(b.schema, [batch([1]), batch([0])]), out, 2, "parquet", None)

@@ -6,22 +6,23 @@
    are copied once into one folder per batch (streamed, not sorted: :func:`shadow`), and for each batch shadowed
    by TEMP views over that batch's files alone (its cost does not grow with the warehouse), the
    building blocks are materialized for that batch alone, and the kind's rows (with their JSONL line and an md5
-   key over the sample columns) are routed by ``sample_id`` range to the spill's buckets (:class:`Spill`: one
-   Parquet file per range, appended to by every batch). A query so holds one batch's conversations: the list and
-   string aggregates that cannot spill stay bounded however large the warehouse grows.
+   key over the sample columns and their episode's hash) are routed by that hash's range to the spill's buckets
+   (:class:`Spill`: one Parquet file per range, appended to by every batch). A query so holds one batch's
+   conversations: the list and string aggregates that cannot spill stay bounded however large the warehouse grows.
 2. **Count** from the bucket files' narrow columns: the rows (which size the shards) and the sample keys seen
    more than once with the smallest ``sample_id`` of each (exact duplicates are removed across the whole export).
-3. **Shard**: bucket by bucket (ranges in order), the bucket's rows sorted by ``sample_id``, each routed to its
-   shard (``md5_number(episode_id) % shards``) by the writer. Each row is read once and each sort holds one
-   bucket (about :data:`BUCKET_BYTES`): the cost is linear in the rows. (The previous layout, one spill file per
-   batch read by ``sample_id`` range, read a row group of every batch file per range: quadratic.)
+3. **Shard**: shard after shard (a shard is a range of the episode hash too, :func:`shard_sql`), the rows of the
+   buckets its range overlaps, filtered to it and sorted by ``sample_id``, to the writer, which so holds one open
+   shard. Each row is read once (twice where a bucket straddles two shards) and each sort holds one shard: the cost
+   is linear in the rows and the memory flat in the shards. (Before: buckets of ``sample_id`` ranges, every shard
+   open at once, each holding up to a row group of rows: 4.5 GB at 139 shards.)
 
 The output does not depend on the batches or buckets (rows are re-sharded by episode and sorted), so it is
 byte-identical to a one-batch export; tests hold that.
 
 **Record kinds** (``-- record:``: one row per episode, ``sample_id`` the md5 of the episode,
-:func:`record_sample_id`) skip phases 1-3's spill (:func:`plan_records`): a batch is a range of ``sample_id``, so
-batches taken in order give the rows in the shard writer's order; they are computed two at a time and handed over
+:func:`record_sample_id`) skip phases 1-3's spill (:func:`plan_records`): a batch is a range of the episodes
+ordered by (shard, ``sample_id``), so batches taken in order give the rows in the shard writer's order; they are computed two at a time and handed over
 in order (core._in_order), each row written once. The sample key is the episode: no duplicate to search for.
 At 10,000 runner episodes this took the v4 export from ~35 to ~24 CPU-s (the spill's write, read-back and sort).
 """
@@ -33,7 +34,6 @@ import math
 import os
 import re
 import shutil
-from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from ..db import ident, sql_string
 from .registry import Kind
-from .writer import DUP, SHARD, _conform, _plain_type
+from .writer import DUP, HASH, SHARD, _conform, _plain_type
 
 DEFAULT_BATCH_EPISODES = 500
 WORKERS = 2  # batches computed at once (threads, one DuckDB cursor each)
@@ -65,6 +65,31 @@ SPILL_ROW_GROUP = 2048  # rows per Arrow batch out of a batch's query, and per b
 # The base views the export views read whose rows belong to one episode: shadowed per batch.
 SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
 KEY = "__key"
+HASH_SPAN = 1 << 32
+
+
+def hash_sql(column: str = "episode_id") -> str:
+    """The 32-bit hash an episode's rows are sharded by: its id's md5, first 8 hex digits, as an integer."""
+    return f"CAST(('0x' || left(md5(CAST({column} AS VARCHAR)), 8)) AS BIGINT)"
+
+
+def shard_sql(n_shards: int, column: str = "episode_id") -> str:
+    """A row's shard of ``n_shards``: which of ``n_shards`` equal ranges of :func:`hash_sql` its episode's hash
+    falls in (:func:`shard_of` in Python). Ranges, not a modulo, so that a spill bucketed by hash range
+    (:class:`Spill`) gives the rows shard after shard and the writer holds one shard at a time."""
+    return f"CAST(({hash_sql(column)} * {int(n_shards)}) // {HASH_SPAN} AS INTEGER)"
+
+
+def shard_of(episode_id, n_shards: int) -> int:
+    """:func:`shard_sql` in Python."""
+    import hashlib
+
+    return int(hashlib.md5(str(episode_id).encode()).hexdigest()[:8], 16) * n_shards // HASH_SPAN
+
+
+def hash_range(i: int, n: int) -> tuple[int, int]:
+    """The hashes (inclusive bounds) of range ``i`` of ``n`` (shard or spill bucket): ``h * n // 2**32 == i``."""
+    return -(-i * HASH_SPAN // n), -(-(i + 1) * HASH_SPAN // n) - 1
 
 
 def workers() -> int:
@@ -428,26 +453,37 @@ def direct(spec: Kind, exact: bool, episodes: int, shard_rows: int) -> bool:
     return spec.record is not None and (exact or episodes <= shard_rows)
 
 
-def plan_records(con, spec: Kind, per_batch: int, episodes_where: str | None = None) -> list[list[str]]:
+def plan_records(con, spec: Kind, per_batch: int, episodes_where: str | None = None,
+                 shard_rows: int | None = None) -> list[list[str]]:
     """A record kind's plan (one row per episode, its ``sample_id`` known up front: :func:`record_sample_id`):
     TEMP TABLE export_batch_plan (run_id, episode_id, sample_id, batch) with batch ``i`` the ``i``-th range of
-    ``per_batch`` sample ids. Batches computed in order then hand their sorted rows straight to the shard writer,
-    already in its order (``sample_id`` within each shard): no spill, no re-sort, no duplicate search (the sample
-    key is the episode). ``episodes_where``: see :func:`scoped_episodes`. Returns each batch's sample ids, sorted."""
+    ``per_batch`` episodes in the writer's order: by shard (:func:`shard_sql`, of ``ceil(episodes / shard_rows)``
+    shards), then ``sample_id``. Batches computed in order then hand their sorted rows straight to the shard
+    writer, already in its order: no spill, no re-sort, no duplicate search (the sample key is the episode).
+    ``episodes_where``: see :func:`scoped_episodes`. Returns each batch's sample ids, in that order."""
+    scoped = scoped_episodes(episodes_where)
+    n = con.execute(f"SELECT count(*) FROM {scoped}").fetchone()[0]
+    shards = max(1, math.ceil(n / shard_rows)) if shard_rows else 1
     con.execute(f"""CREATE OR REPLACE TEMP TABLE export_batch_plan AS
-        SELECT run_id, episode_id, sample_id,
-               CAST((row_number() OVER (ORDER BY sample_id) - 1) // {int(per_batch)} AS INTEGER) AS batch
-        FROM (SELECT run_id, episode_id, {record_sample_id(spec)} AS sample_id
-              FROM {scoped_episodes(episodes_where)})""")
-    ids = con.execute("SELECT sample_id FROM export_batch_plan ORDER BY sample_id").fetchall()
+        SELECT run_id, episode_id, sample_id, CAST(pos // {int(per_batch)} AS INTEGER) AS batch, pos
+        FROM (SELECT *, row_number() OVER (ORDER BY {SHARD}, sample_id) - 1 AS pos
+              FROM (SELECT run_id, episode_id, {record_sample_id(spec)} AS sample_id, {shard_sql(shards)} AS {SHARD}
+                    FROM {scoped}))""")
+    ids = con.execute("SELECT sample_id FROM export_batch_plan ORDER BY pos").fetchall()
     return [[i for (i,) in ids[s:s + per_batch]] for s in range(0, len(ids), per_batch)] or [[]]
 
 
 def check_planned(spec: Kind, rows: pa.Table, planned: list[str], every: bool) -> None:
-    """The batch's rows are its planned episodes, in order, once each (``every``: all of them; else a subset, as
-    a ``where`` leaves): else its view's ``sample_id`` is not :func:`record_sample_id` and the order is wrong."""
+    """The batch's rows are its planned episodes, in the planned order, once each (``every``: all of them; else a
+    subset, as a ``where`` leaves): else its view's ``sample_id`` is not :func:`record_sample_id` and the order is
+    wrong."""
     got = rows.column("sample_id").to_pylist()
-    ok = got == planned if every else (got == sorted(set(got)) and set(got) <= set(planned))
+    if every:
+        ok = got == planned
+    else:
+        at = {sid: i for i, sid in enumerate(planned)}
+        pos = [at.get(sid, -1) for sid in got]
+        ok = -1 not in pos and all(a < b for a, b in zip(pos, pos[1:], strict=False))
     if not ok:
         from .registry import ExportError
 
@@ -470,10 +506,11 @@ def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str], sha
                 "CAST(to_json(struct_pack(" + ", ".join(f'"{c}" := "{c}"' for c in columns) + ")) AS VARCHAR)")
         extra = f", {line} AS __line"
     if shards is not None:
-        return (f"SELECT *, CAST(md5_number(CAST(episode_id AS VARCHAR)) % {int(shards)} AS INTEGER) AS {SHARD}, "
-                f"1 AS {DUP} FROM {spec.view} {filt} ORDER BY sample_id")
+        return (f"SELECT *, {shard_sql(shards)} AS {SHARD}, 1 AS {DUP} FROM {spec.view} {filt} "
+                f"ORDER BY {SHARD}, sample_id")
     tail = f", 0 AS {SHARD}, 1 AS {DUP}" if spec.record else ""  # record_batches carries them through
-    return f"SELECT *{extra}, {sample_key(spec)} AS {KEY}{tail} FROM {spec.view} {filt} ORDER BY sample_id"
+    return (f"SELECT *{extra}, {sample_key(spec)} AS {KEY}, {hash_sql()} AS {HASH}{tail} FROM {spec.view} {filt} "
+            "ORDER BY sample_id")
 
 
 def batch_reader(con, spec: Kind, query: str, fmt: str, params: dict, dump=None) -> pa.RecordBatchReader:
@@ -508,43 +545,39 @@ def record_rows(con, spec: Kind, query: str, fmt: str, params: dict) -> pa.Table
 
 
 class Spill(_Routed):
-    """Phase 1's output: every row once, in buckets of ``sample_id`` ranges (bucket i < bucket i + 1), so that
-    phase 3 reads each row once (one bucket at a time, sorted) however many batches there were. The bounds are
-    quantiles of the first non-empty batch's ``sample_id`` (batches are random shares of the episodes), their
-    number such that a bucket holds about ``bucket_bytes`` (that batch's Arrow size times the number of batches); a
-    bucket larger than planned only makes its sort spill. A bucket is one Parquet file, or several parts when its
-    writer reached its share of :data:`SPILL_OPEN_GROUPS` row groups (memory stays flat however many flushes)."""
+    """Phase 1's output: every row once, in buckets of episode-hash ranges (:func:`hash_range`; bucket i holds the
+    rows whose episode hashes to range i of ``n_buckets``), so that phase 3 reads each row once, shard after shard
+    (a shard is a hash range too: the buckets it overlaps) however many batches there were. The number of buckets
+    is such that a bucket holds about ``bucket_bytes`` (the first non-empty batch's Arrow size times the number of
+    batches; batches are random shares of the episodes); a bucket larger than planned only makes its sort spill. A
+    bucket is one Parquet file, or several parts when its writer reached its share of :data:`SPILL_OPEN_GROUPS`
+    row groups (memory stays flat however many flushes)."""
 
     def __init__(self, folder: Path, n_batches: int, bucket_bytes: int | None = None):
         super().__init__(SPILL_ROW_GROUP, PENDING_BYTES)
         self.folder, self.n_batches = folder, n_batches
         self.bucket_bytes = bucket_bytes or spill_bucket_bytes()
-        self.bounds: list[str] | None = None
+        self.n_buckets: int | None = None
         self.parts: dict[int, list[Path]] = {}
 
     def add(self, table: pa.Table) -> None:
-        """Route one batch's rows (any order) to their buckets."""
+        """Route one batch's rows (any order; with their :data:`HASH`) to their buckets."""
         if self.schema is None:
             self.schema = pa.schema([f.with_type(_plain_type(f.type)) for f in table.schema])
         if table.num_rows == 0:
             return
-        if self.bounds is None:
-            self._plan(table)
+        if self.n_buckets is None:
+            self.n_buckets = max(1, min(MAX_BUCKETS, math.ceil(table.nbytes * self.n_batches / self.bucket_bytes)))
+            self.groups_limit = max(SPILL_PART_GROUPS, SPILL_OPEN_GROUPS // self.n_buckets)
         for batch in table.to_batches(SPILL_ROW_GROUP):
             if batch.num_rows:
-                self._route(_conform(batch, self.schema), self._bucket(batch.column("sample_id")))
+                self._route(_conform(batch, self.schema), self._bucket(batch.column(HASH)))
 
-    def _plan(self, table: pa.Table) -> None:
-        ids = sorted(table.column("sample_id").to_pylist())
-        n = max(1, min(MAX_BUCKETS, math.ceil(table.nbytes * self.n_batches / self.bucket_bytes), len(ids)))
-        self.bounds = sorted({ids[i * len(ids) // n] for i in range(1, n)})
-        self.groups_limit = max(SPILL_PART_GROUPS, SPILL_OPEN_GROUPS // (len(self.bounds) + 1))
+    def _bucket(self, h: pa.Array) -> pa.Array:
+        """Each row's bucket: the range of ``n_buckets`` its hash falls in."""
+        import pyarrow.compute as pc
 
-    def _bucket(self, sid: pa.Array) -> pa.Array:
-        """Each row's bucket: how many bounds are <= its sample_id (one binary search per row; a kernel per bound
-        cost buckets x rows)."""
-        bounds = self.bounds
-        return pa.array([bisect_right(bounds, s) for s in sid.to_pylist()], pa.int32())
+        return pc.divide(pc.multiply(h.cast(pa.int64()), self.n_buckets), HASH_SPAN).cast(pa.int32())
 
     def _open(self, i: int) -> pq.ParquetWriter:
         parts = self.parts.setdefault(i, [])
@@ -552,15 +585,15 @@ class Spill(_Routed):
         return pq.ParquetWriter(parts[-1], self.schema, write_statistics=False)
 
     def close(self) -> list[list[Path]]:
-        """Each bucket's part files, buckets in ``sample_id`` order (one empty file with the schema when no row
-        came)."""
+        """Each bucket's part files, for every bucket in hash order (a bucket no row came to has none; no row at
+        all: one bucket, an empty file with the schema)."""
         self._flush_all()
         self._close_writers()
         if not self.parts:  # no row: one empty file (empty_table cannot build extension arrays)
             empty = self.folder / "bucket-empty.parquet"
             pq.ParquetWriter(empty, self.schema).close()
             return [[empty]]
-        return [self.parts[i] for i in sorted(self.parts)]
+        return [self.parts.get(i, []) for i in range(self.n_buckets)]
 
 
 def count(con, buckets: list[list[Path]]) -> int:
@@ -578,24 +611,36 @@ def _source(files: list[Path]) -> str:
 
 
 def ordered_reader(con, buckets: list[list[Path]], n_shards: int, batch_rows: int) -> pa.RecordBatchReader:
-    """Every spill row in ``sample_id`` order with its ``__shard`` and ``__dup`` (2 = a later exact duplicate of a
-    sample key, counted and dropped by the writer): one query per bucket (:meth:`Spill.close`), each row read
-    once."""
+    """Every spill row, shard after shard (:func:`shard_sql`) and in ``sample_id`` order within a shard, with its
+    ``__shard`` and ``__dup`` (2 = a later exact duplicate of a sample key, counted and dropped by the writer): one
+    query per shard over the buckets its hash range overlaps (:meth:`Spill.close`), so each sort holds one shard
+    and the writer one open shard, however many shards there are (with every shard open at once, 139 shards held
+    ~4.5 GB of rows waiting for their row groups)."""
+    files = [f for parts in buckets for f in parts]
 
-    def query(parts: list[Path]) -> str:
+    def query(shard: int, parts: list[Path]) -> str:
+        lo, hi = hash_range(shard, n_shards)
         return f"""
-            SELECT r.* EXCLUDE ({KEY}),
-                   CAST(md5_number(CAST(r.episode_id AS VARCHAR)) % {int(n_shards)} AS INTEGER) AS {SHARD},
+            SELECT r.* EXCLUDE ({KEY}, {HASH}), CAST({int(shard)} AS INTEGER) AS {SHARD},
                    CASE WHEN d.keep IS NOT NULL AND r.sample_id <> d.keep THEN 2 ELSE 1 END AS {DUP}
             FROM {_source(parts)} AS r
             LEFT JOIN export_dupkeys AS d ON d.{KEY} = r.{KEY}
+            WHERE r.{HASH} BETWEEN {lo} AND {hi}
             ORDER BY r.sample_id"""
 
-    schema = con.sql(query(buckets[0]) + " LIMIT 0").to_arrow_table().schema
+    def parts_of(shard: int) -> list[Path]:
+        lo, hi = hash_range(shard, n_shards)
+        n = len(buckets)
+        return [f for parts in buckets[lo * n // HASH_SPAN:hi * n // HASH_SPAN + 1] for f in parts]
+
+    schema = con.sql(query(0, files[:1]) + " LIMIT 0").to_arrow_table().schema
 
     def gen() -> Iterator[pa.RecordBatch]:
-        for parts in buckets:
-            reader = con.sql(query(parts)).to_arrow_reader(batch_rows)
+        for shard in range(n_shards):
+            parts = parts_of(shard)
+            if not parts:
+                continue
+            reader = con.sql(query(shard, parts)).to_arrow_reader(batch_rows)
             try:
                 yield from reader
             finally:

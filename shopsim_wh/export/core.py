@@ -30,8 +30,11 @@ from .registry import ExportError, Kind, get_kind
 from .scope import bind_params, decontamination, pushdown, select_runs, where_clause
 from .writer import WriteStats, publish, write_shards
 
-EXPORTER_VERSION = f"shopsim-wh-export-1 ({__version__})"
+EXPORTER_VERSION = f"shopsim-wh-export-2 ({__version__})"
 DEFAULT_SHARD_ROWS = 100_000
+# which shard a row goes to (batches.shard_sql): shard i of n holds the episodes whose hash h (the first 32 bits of
+# md5(episode_id), as an unsigned integer) has floor(h * n / 2^32) = i
+SHARDING = "floor(h * shards / 2^32), h = first 8 hex digits of md5(episode_id)"
 BATCH_ROWS = 8192
 FORMATS = ("parquet", "jsonl")
 # Building blocks every kind reads, computed once per export into TEMP tables that shadow the views (linear in the
@@ -300,7 +303,7 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns,
 
 def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, exact, params, blocks, columns, planned,
             progress) -> tuple:
-    """A record kind without the spill (batches.plan_records): batches of ``sample_id`` ranges computed on
+    """A record kind without the spill (batches.plan_records): batches of (shard, ``sample_id``) ranges computed on
     :func:`batches.workers` cursors and handed to the shard writer in batch order, each sorted, so every row is
     written once, as it comes. ``exact``: every planned episode gives a row (no where, or one applied whole to the
     plan). Returns what :func:`shard_spill` does."""
@@ -470,7 +473,7 @@ def _run(con, spec, out, spill, format, shard_rows, expr, is_default, pushed, pa
     columns = _columns(con, spec)
     episodes_where, whole = pushed
     exact = expr is None or whole  # every planned episode of a record kind gives its row
-    planned = (batches.plan_records(con, spec, batches.batch_episodes(spec), episodes_where) if spec.record
+    planned = (batches.plan_records(con, spec, batches.batch_episodes(spec), episodes_where, shard_rows) if spec.record
                else None)
     if planned is not None and batches.direct(spec, exact, sum(len(p) for p in planned), shard_rows):
         total, n_shards, columns, stats = _direct(con, spec, out, spill, format, shard_rows, expr, exact, params,
@@ -519,7 +522,7 @@ def _manifest(spec: Kind, fmt, root, snapshot, selected, runs, experiment, expr,
         "filters": {"runs": list(runs) if runs else None, "experiment": experiment, "where": expr,
                     "where_is_kind_default": is_default},
         "parameters": {k.removeprefix("export_"): v for k, v in params.items()},
-        "sharding": {"by": "md5_number(episode_id) % shards", "order": "sample_id", "shard_rows": shard_rows,
+        "sharding": {"by": SHARDING, "order": "sample_id", "shard_rows": shard_rows,
                      "shards": n_shards},
         "rows_selected": total,
         "duplicates_removed": stats.duplicates,

@@ -129,7 +129,7 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
 | `--runs ID` (repeat), `--experiment NAME` | the runs read (default: every run) |
 | `--where SQL` | one boolean expression over the kind's filter columns (checked on DuckDB's parse tree: no `;`, no subquery, no other column); it replaces the kind's default selection (`--where true` keeps every row) |
 | `--format parquet\|jsonl` | shard format; message and tool columns are Parquet's JSON logical type (`datasets` decodes each message to a dict whose `tool_calls[].function.arguments` is an object) |
-| `--shard-rows N` | shards = ceil(rows / N); a row goes to shard `md5_number(episode_id) % shards` (an episode never spans shards), rows ordered by `sample_id` within a shard |
+| `--shard-rows N` | shards = ceil(rows / N); a row goes to shard `floor(h * shards / 2^32)`, `h` the first 8 hex digits of `md5(episode_id)` (an episode never spans shards), rows ordered by `sample_id` within a shard |
 | `--window K`, `--max-tokens N` | context reconstruction: the global prefix (always kept) plus the last K turns, then whole turns dropped oldest first until the estimated tokens fit N (estimate: ceil(chars / 4) + 4 per message, the rule of `ir_context`) |
 | `--allow-test` | read runs holding test-split episodes (refused otherwise) |
 | `--include-reasoning`, `--include-persona` | include reasoning content / the user persona (excluded by default) |
@@ -160,14 +160,15 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
   them; episodes by md5 of their id, or whole tasks for the kinds
   that compare the rollouts of a task: `preference`, `prm`), two batches at a time (`SHOPSIM_WH_EXPORT_THREADS`, each on its
   own DuckDB cursor: one batch's queries are too small for DuckDB to spread over cores). Each batch's rows are
-  routed by `sample_id` range to spill buckets (one Parquet file per range, about 128 MB of rows each:
-  `SHOPSIM_WH_EXPORT_BUCKET_BYTES`) in a private temporary directory (removed afterwards). The rows are then
-  counted (which sizes the shards) and read back bucket by bucket, each bucket sorted by `sample_id`, and
-  routed to their shards: every row is written and read once, so the cost grows linearly with the warehouse.
+  routed by a hash of their episode to spill buckets (one Parquet file per hash range, about 128 MB of rows
+  each: `SHOPSIM_WH_EXPORT_BUCKET_BYTES`) in a private temporary directory (removed afterwards). The rows are
+  then counted (which sizes the shards) and read back shard by shard (a shard is a range of the same hash: the
+  buckets it overlaps), each shard sorted by `sample_id`, so one shard is open at a time: every row is written and
+  read once, so the cost grows linearly with the warehouse and the memory does not grow with the shards.
   The shards do not depend on the batch size, the bucket size or the order batches finish in (tested), and
   peak memory follows the batch and the bucket, not the warehouse. `SHOPSIM_WH_EXPORT_MEMORY` (e.g. `2GB`)
   caps DuckDB's memory. The record kinds (`shopsimrl-v4`, `atif`: one row per episode, its `sample_id` the md5
-  of the episode) skip the spill: their batches are ranges of `sample_id`, computed two at a time but handed to
+  of the episode) skip the spill: their batches are ranges of (shard, `sample_id`), computed two at a time but handed to
   the shard writer in order, so each row is written once, as it comes (at most three batches held); a `--where`
   with a condition beyond the episode facts (below), selecting from more episodes than one shard holds, takes the
   spill (the shard count is known only after it).

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 ROW_GROUP_ROWS = 4096
 SHARD = "__shard"
 DUP = "__dup"
+HASH = "__h"  # the episode hash shards are ranges of (batches.hash_sql)
 
 
 @dataclass
@@ -125,20 +126,29 @@ def _plain(arr: pa.Array, t: pa.DataType) -> pa.Array:
 def write_shards(reader: pa.RecordBatchReader, out: Path, n_shards: int, fmt: str, line_column: str | None,
                  progress: Callable[[int], None] | None = None) -> WriteStats:
     """Consume ``reader`` (ordered by shard, then sample_id) into ``n_shards`` files under ``out`` (temporary
-    ``.tmp-`` names; the caller renames them with :func:`publish`). Every shard gets a file, empty or not."""
+    ``.tmp-`` names; the caller renames them with :func:`publish`). Every shard gets a file, empty or not. One
+    shard is open at a time (its rows waiting for a row group): a shard is finished when the next one starts."""
     stats = WriteStats()
-    drop = {SHARD, DUP} | ({line_column} if line_column else set())
+    drop = {SHARD, DUP, HASH} | ({line_column} if line_column else set())
     names = [n for n in reader.schema.names if n not in drop]
     fields = [reader.schema.field(n) for n in names]
     schema = pa.schema([f.with_type(_plain_type(f.type)) for f in fields])
-    sinks: dict[int, object] = {}
     files = [ShardStats(shard_name(i, n_shards, fmt)) for i in range(n_shards)]
+    current, sink = -1, None
 
-    def sink(i: int):
-        if i not in sinks:
-            tmp = out / (".tmp-" + files[i].file)
-            sinks[i] = _ParquetSink(tmp, schema) if fmt == "parquet" else _JsonlSink(tmp, line_column)
-        return sinks[i]
+    def advance(i: int) -> None:  # finish the shards before i (empty ones get their file too), open shard i
+        nonlocal current, sink
+        if i < current:
+            raise RuntimeError(f"rows of shard {i} after shard {current}: the export's rows are not in shard order")
+        while current < i:
+            if sink is not None:
+                sink.close()
+            current += 1
+            if current < n_shards:
+                tmp = out / (".tmp-" + files[current].file)
+                sink = _ParquetSink(tmp, schema) if fmt == "parquet" else _JsonlSink(tmp, line_column)
+            else:
+                sink = None
 
     track_split = "split" in names
     for batch in reader:
@@ -154,26 +164,19 @@ def write_shards(reader: pa.RecordBatchReader, out: Path, n_shards: int, fmt: st
             stats.tasks.add((run, task))
         if track_split:
             stats.splits.update(batch.column("split").to_pylist())
-        if len(set(shard)) > 1:  # rows are in sample_id order: group them by shard, in that order (stable sort)
-            import pyarrow.compute as pc
-
-            order = pc.sort_indices(batch.column(SHARD))
-            batch = batch.take(order)
-            shard = batch.column(SHARD).to_pylist()
         start = 0
-        while start < len(shard):  # cut the batch at shard changes: one part per shard
+        while start < len(shard):  # cut the batch at shard changes
             end = start
             while end < len(shard) and shard[end] == shard[start]:
                 end += 1
+            advance(shard[start])
             part = batch.slice(start, end - start)
-            body = _conform(part, schema) if fmt == "parquet" else part
-            sink(shard[start]).add(body)
-            files[shard[start]].rows += end - start
+            sink.add(_conform(part, schema) if fmt == "parquet" else part)
+            files[current].rows += end - start
             start = end
         if progress:
             progress(batch.num_rows)
-    for i in range(n_shards):
-        sink(i).close()  # creates the empty shards too
+    advance(n_shards)  # the last shards, empty ones included
     stats.shards = files
     return stats
 
