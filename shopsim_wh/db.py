@@ -120,6 +120,46 @@ def ordered_sql(root: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def words(sql: str) -> set[str]:
+    """The lower-cased words of ``sql``, comments aside: the names it may read."""
+    return {w.lower() for w in re.findall(r"\w+", re.sub(r"--[^\n]*", "", sql))}
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_definitions() -> dict[str, str]:
+    """The code (comments stripped) of every shipped statement, by the view, table or macro it defines
+    (lower-cased; a macro defined more than once: all its definitions)."""
+    out: dict[str, str] = {}
+    for _, text in ordered_sql(str(sql_dir())):
+        name = None
+        for stmt in re.sub(r"--[^\n]*", "", text).split(";"):
+            m = _DEFINES.search(stmt)
+            name = m.group(1).lower() if m else name  # no CREATE: the rest of one cut at a ';' in a string
+            if name:
+                out[name] = out.get(name, "") + stmt
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_refs() -> dict[str, set[str]]:
+    """Each shipped view, table or macro and the words of its code (:func:`words`, :func:`shipped_definitions`)."""
+    return {name: words(code) for name, code in shipped_definitions().items()}
+
+
+def reachable(start, refs: dict[str, set[str]]) -> set[str]:
+    """The names of ``refs`` that ``start`` (names or words) reaches, themselves included, following each name's
+    ``refs`` transitively: what a query or a view stack reads. The export layer (which views to install and
+    materialize, which base columns to copy) and Spark's registration ask it."""
+    out: set[str] = set()
+    todo = set(start) & refs.keys()
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            todo |= refs[name] & refs.keys()
+    return out
+
+
 def install_views(con: duckdb.DuckDBPyConnection, wh: Warehouse, snap: Snapshot | None = None,
                   small_table_bytes: int = 0) -> None:
     """Create the ``stg_`` views of ``snap`` (default: the current snapshot), then every shipped view.

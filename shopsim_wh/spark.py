@@ -189,15 +189,10 @@ def needed(names, exports: bool = True) -> set[str]:
     included: what :func:`register` creates with ``only=``."""
     import re
 
+    from .db import reachable
+
     by_view = {v: set(re.findall(r"\w+", sql)) for _, v, sql in view_statements(exports)}
-    todo = set(re.findall(r"\w+", names)) if isinstance(names, str) else set(names)
-    out: set[str] = set()
-    while todo:
-        name = todo.pop()
-        if name in by_view and name not in out:
-            out.add(name)
-            todo |= by_view[name] & by_view.keys()
-    return out
+    return reachable(set(re.findall(r"\w+", names)) if isinstance(names, str) else set(names), by_view)
 
 
 def variable_ddl() -> list[str]:

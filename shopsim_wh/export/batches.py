@@ -29,10 +29,8 @@ At 10,000 runner episodes this took the v4 export from ~35 to ~24 CPU-s (the spi
 
 from __future__ import annotations
 
-import functools
 import math
 import os
-import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,27 +146,6 @@ def plan(con, spec: Kind, per_batch: int, episodes_where: str | None = None) -> 
     return batches
 
 
-@functools.lru_cache(maxsize=1)
-def _definitions() -> dict[str, str]:
-    """The code (comments stripped) of every shipped statement, by the view, table or macro it defines (a macro
-    defined more than once: all its definitions)."""
-    from ..db import _DEFINES, ordered_sql, sql_dir
-
-    out: dict[str, str] = {}
-    for _, text in ordered_sql(str(sql_dir())):
-        name = None
-        for stmt in re.sub(r"--[^\n]*", "", text).split(";"):
-            m = _DEFINES.search(stmt)
-            name = m.group(1).lower() if m else name  # no CREATE: the rest of one cut at a ';' in a string
-            if name:
-                out[name] = out.get(name, "") + stmt
-    return out
-
-
-def _words(sql: str) -> set[str]:
-    return {w.lower() for w in re.findall(r"\w+", re.sub(r"--[^\n]*", "", sql))}
-
-
 def shadow_columns(con, db: str, spec: Kind, blocks) -> dict[str, list[str]] | None:
     """The columns of each :data:`SHADOWED` view the batches of ``spec`` can read: those whose name is a word of
     the SQL the kind reaches (its file, the building blocks, and every shipped view or macro they name,
@@ -180,20 +157,12 @@ def shadow_columns(con, db: str, spec: Kind, blocks) -> dict[str, list[str]] | N
     """
     if spec.record:
         return None
-    defs = _definitions()
-    words: set[str] = set()
-    todo = _words(spec.sql) | {b.lower() for b in blocks}
-    seen: set[str] = set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in defs:
-            found = _words(defs[name])
-            words |= found
-            todo |= found & defs.keys()
-    words |= _words(spec.sql)
+    from ..db import reachable, shipped_refs
+    from ..db import words as words_of
+
+    refs = shipped_refs()
+    own = words_of(spec.sql)
+    words = own.union(*(refs[n] for n in reachable(own | {b.lower() for b in blocks}, refs)))
     keep = {}
     for name in SHADOWED:
         cols = [r[0] for r in con.execute(f"DESCRIBE {db}.main.{name}").fetchall()]

@@ -176,29 +176,10 @@ def blocks_of(spec: Kind) -> tuple[str, ...]:
 
 
 def _reads(sql: str) -> set[str]:
-    """The export_* views ``sql`` names (comments aside), transitively through the views of sql/exports."""
-    import re
+    """The export_* views ``sql`` reads (comments aside), transitively."""
+    from ..db import reachable, shipped_refs, words
 
-    from ..db import sql_dir
-
-    def code(text: str) -> str:
-        return re.sub(r"--[^\n]*", "", text)
-
-    views = {}
-    for f in sorted((sql_dir() / "exports").glob("*.sql")):
-        for stmt in code(f.read_text()).split(";"):
-            m = re.search(r"CREATE OR REPLACE (?:TEMP )?(?:VIEW|TABLE) (export_\w+)", stmt)
-            if m:
-                views[m.group(1)] = stmt
-    seen: set[str] = set()
-    todo = set(re.findall(r"\bexport_\w+", code(sql)))
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        todo |= set(re.findall(r"\bexport_\w+", views.get(name, "")))
-    return seen
+    return {n for n in reachable(words(sql), shipped_refs()) if n.startswith("export_")}
 
 
 def prepare(con, spec: Kind, blocks: Sequence[str]) -> None:
