@@ -154,13 +154,13 @@ def test_a_second_invocation_of_a_running_experiment_is_refused(tmp_path, monkey
 
 
 def _signalled_run(tmp_path, name: str, second: int | None = None):
-    """A 2-worker run (250 ms per model answer: at 100 ms a loaded machine let a worker finish all its episodes
-    before the drain reached it) whose driver gets SIGTERM when the first episode has finished
+    """A 2-worker run (800 ms per model answer, ~3 s an episode: at 100 ms, and at 250 ms under load 5 on 2 cores,
+    the workers finished all their episodes before the drain reached them) whose driver gets SIGTERM when the first episode has finished
     (from the progress callback, in the driver's main thread, while its handler is installed), and ``second``
     (a signal number) as soon as the driver announces the drain."""
     import signal
 
-    cfg = load_config(_config(tmp_path / "ray.yaml", name, 250, executor="ray", ray_workers=2))
+    cfg = load_config(_config(tmp_path / "ray.yaml", name, 800, executor="ray", ray_workers=2))
     before, told = signal.getsignal(signal.SIGTERM), []
 
     def progress(event) -> None:
@@ -192,7 +192,7 @@ def test_sigterm_on_the_driver_drains_the_workers_and_a_local_resume_completes_t
     # every episode the workers started was finished and committed (none abandoned), and most never started
     assert first.fatal is None and first.failed == 0, first
     assert first.attempted == first.committed == first.completed == stored and 2 <= stored < EPISODES, (first, stored)
-    local = load_config(_config(tmp_path / "local.yaml", name, 250))  # resumed by the single-process runner
+    local = load_config(_config(tmp_path / "local.yaml", name, 800))  # resumed by the single-process runner
     resumed = run(local, str(tmp_path / "wh"), concurrency=8)
     assert resumed.interrupted is None and resumed.skipped == stored
     after = check(tmp_path / "wh", tmp_path / "local.yaml")
