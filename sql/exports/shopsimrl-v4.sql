@@ -184,6 +184,19 @@ step_tools AS (
     GROUP BY h.run_id, h.episode_id, h.step_idx
 ),
 
+-- what each main step shows: the `observation` of the last earlier answer that has one (a window over these four
+-- columns alone: over step_parts' wide rows it sorted the raw responses and payloads too)
+shown AS (
+    SELECT
+        s.run_id, s.episode_id, s.step_idx,
+        last_value(v.observation_text IGNORE NULLS) OVER (
+            PARTITION BY s.run_id, s.episode_id ORDER BY s.step_idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+            AS observation
+    FROM steps AS s
+    LEFT JOIN env AS v ON v.use = 'env' AND v.run_id = s.run_id AND v.episode_id = s.episode_id AND v.step_idx = s.step_idx
+    WHERE s.agent_id = 'main'
+),
+
 step_parts AS (
     SELECT
         s.run_id, s.episode_id, s.step_idx, s.protocol_error, s.policy_failure,
@@ -197,14 +210,12 @@ step_parts AS (
             ELSE CAST(to_json(s.protocol_feedback) AS VARCHAR)
         END AS fb,
         coalesce(regexp_matches(s.protocol_feedback, 'NaN|Infinity|,\s*[\]}]|/[*/]'), false) AS fb_lenient,
-        coalesce(
-            last_value(v.observation_text IGNORE NULLS) OVER (
-                PARTITION BY s.run_id, s.episode_id ORDER BY s.step_idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-            cv.first_observation) AS observation
+        coalesce(o.observation, cv.first_observation) AS observation
     FROM steps AS s
     LEFT JOIN calls AS c ON c.run_id = s.run_id AND c.episode_id = s.episode_id AND c.step_idx = s.step_idx
     LEFT JOIN step_tools AS t ON t.run_id = s.run_id AND t.episode_id = s.episode_id AND t.step_idx = s.step_idx
     LEFT JOIN env AS v ON v.use = 'env' AND v.run_id = s.run_id AND v.episode_id = s.episode_id AND v.step_idx = s.step_idx
+    LEFT JOIN shown AS o ON o.run_id = s.run_id AND o.episode_id = s.episode_id AND o.step_idx = s.step_idx
     LEFT JOIN conversation AS cv ON cv.run_id = s.run_id AND cv.episode_id = s.episode_id
     WHERE s.agent_id = 'main'
 ),
