@@ -312,3 +312,20 @@ def test_the_shard_writer_holds_one_shard_and_refuses_rows_out_of_shard_order(tm
     out.mkdir()
     with pytest.raises(RuntimeError, match="rows of shard 0 after shard 1"):
         write_shards(pa.RecordBatchReader.from_batches(b.schema, [batch([1]), batch([0])]), out, 2, "parquet", None)
+
+
+def test_the_spill_is_read_without_the_metadata_cache_and_the_setting_comes_back(export_con, tmp_path, monkeypatch):
+    """Phases 2-3 read the spill with DuckDB's Parquet metadata cache off (at 1M episodes it cached 13 GB of spill
+    footers), and a caller's connection gets its own setting back."""
+    seen = []
+    count = batches.count
+
+    def spy(con, buckets):
+        seen.append(con.execute("SELECT current_setting('parquet_metadata_cache')").fetchone()[0])
+        return count(con, buckets)
+
+    monkeypatch.setattr(batches, "count", spy)
+    export_con.execute("SET parquet_metadata_cache = true")
+    res = export("sft-action", export_con, tmp_path / "a", where="true", shard_rows=3)
+    assert res.rows > 0 and seen == [False]
+    assert export_con.execute("SELECT current_setting('parquet_metadata_cache')").fetchone()[0] is True

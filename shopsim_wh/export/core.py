@@ -426,6 +426,24 @@ def shard_spill(con, buckets: list[list[Path]], out: Path, shard_rows: int, form
     """Phases 2 and 3 (batches.py) over the spill's buckets (batches.Spill.close): count (sizing the shards), then every row in
     ``sample_id`` order to its shard. Returns (rows, shards, the kind's columns, the writer's stats); on failure
     no temporary shard is left behind. The DuckDB and Spark exporters both end here."""
+    with _no_metadata_cache(con):
+        return _shard_spill(con, buckets, out, shard_rows, format, progress)
+
+
+@contextlib.contextmanager
+def _no_metadata_cache(con):
+    """DuckDB's Parquet metadata cache off while the spill is read (restored after): every spill file is read once
+    or twice, so caching their footers only holds them, and at 1M episodes the spill is ~24,000 files of ~25 row
+    groups each: the count's scan cached 13.2 GB of footers (1.9 GB and 15% less time with the cache off)."""
+    was = con.execute("SELECT current_setting('parquet_metadata_cache')").fetchone()[0]
+    con.execute("SET parquet_metadata_cache = false")
+    try:
+        yield
+    finally:
+        con.execute(f"SET parquet_metadata_cache = {'true' if was else 'false'}")
+
+
+def _shard_spill(con, buckets: list[list[Path]], out: Path, shard_rows: int, format: str, progress) -> tuple:
     total = batches.count(con, buckets)
     n_shards = max(1, math.ceil(total / shard_rows))
     out.mkdir(parents=True, exist_ok=True)
