@@ -81,7 +81,7 @@ def _needs_python(texts: pa.Array, reasoning: bool, persona: bool) -> list[bool]
     for part in (*RESPELL_PARTS, *(() if reasoning else (REASONING_RE,)), *(() if persona else PERSONA_PARTS)):
         found = pc.match_substring_regex(texts, part)
         hit = found if hit is None else pc.or_(hit, found)
-    return pc.fill_null(hit, False).to_pylist()
+    return [bool(h) for h in hit.to_pylist()]  # null (no text) is False; no fill_null, whose scalar imports pandas
 
 
 def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool = False,
