@@ -62,7 +62,11 @@ BATCH_COLUMN = "__batch"
 SPILL_ROW_GROUP = 2048  # rows per Arrow batch out of a batch's query, and per bucket row group (at least)
 # The base views the export views read whose rows belong to one episode: shadowed per batch.
 SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
-KEY = "__key"
+# The sample key (:func:`sample_key`): the md5 of the sample columns as two unsigned 64-bit halves, fixed width, so
+# that the duplicate search's hash table holds 16 bytes a row (a 32-character md5 text and the kept sample_id made
+# it hit DuckDB's memory cap at 13.7M rows)
+KEY = ("__key_hi", "__key_lo")
+KEY_COLUMNS = ", ".join(KEY)
 HASH_SPAN = 1 << 32
 
 
@@ -461,8 +465,9 @@ def check_planned(spec: Kind, rows: pa.Table, planned: list[str], every: bool) -
 
 
 def sample_key(spec: Kind) -> str:
+    """The md5 of the kind's sample columns (``md5_number``: a 128-bit number; :data:`KEY` holds its halves)."""
     parts = [f"coalesce(CAST({c} AS VARCHAR), chr(0))" for c in spec.sample]
-    return "md5(" + " || chr(31) || ".join(parts) + ")"
+    return "md5_number(" + " || chr(31) || ".join(parts) + ")"
 
 
 def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str], shards: int | None = None) -> str:
@@ -478,7 +483,9 @@ def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str], sha
         return (f"SELECT *, {shard_sql(shards)} AS {SHARD}, 1 AS {DUP} FROM {spec.view} {filt} "
                 f"ORDER BY {SHARD}, sample_id")
     tail = f", 0 AS {SHARD}, 1 AS {DUP}" if spec.record else ""  # record_batches carries them through
-    return (f"SELECT *{extra}, {sample_key(spec)} AS {KEY}, {hash_sql()} AS {HASH}{tail} FROM {spec.view} {filt} "
+    return (f"SELECT * EXCLUDE (__k), CAST(__k >> 64 AS UBIGINT) AS {KEY[0]}, "
+            f"CAST(__k & CAST({(1 << 64) - 1} AS UHUGEINT) AS UBIGINT) AS {KEY[1]} "
+            f"FROM (SELECT *{extra}, {sample_key(spec)} AS __k, {hash_sql()} AS {HASH}{tail} FROM {spec.view} {filt}) "
             "ORDER BY sample_id")
 
 
@@ -570,8 +577,11 @@ def count(con, buckets: list[list[Path]]) -> int:
     more than once, with the ``sample_id`` kept: the smallest)."""
     files = [f for parts in buckets for f in parts]
     src = _source(files)
+    # the keys seen twice first (a hash table of 16-byte keys and counts), then the kept sample_id of those alone
     con.execute(f"""CREATE OR REPLACE TEMP TABLE export_dupkeys AS
-        SELECT {KEY}, min(sample_id) AS keep FROM {src} GROUP BY {KEY} HAVING count(*) > 1""")
+        WITH twice AS (SELECT {KEY_COLUMNS} FROM {src} GROUP BY {KEY_COLUMNS} HAVING count(*) > 1)
+        SELECT {KEY_COLUMNS}, min(sample_id) AS keep FROM {src} SEMI JOIN twice USING ({KEY_COLUMNS})
+        GROUP BY {KEY_COLUMNS}""")
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
@@ -590,10 +600,10 @@ def ordered_reader(con, buckets: list[list[Path]], n_shards: int, batch_rows: in
     def query(shard: int, parts: list[Path]) -> str:
         lo, hi = hash_range(shard, n_shards)
         return f"""
-            SELECT r.* EXCLUDE ({KEY}, {HASH}), CAST({int(shard)} AS INTEGER) AS {SHARD},
+            SELECT r.* EXCLUDE ({KEY_COLUMNS}, {HASH}), CAST({int(shard)} AS INTEGER) AS {SHARD},
                    CASE WHEN d.keep IS NOT NULL AND r.sample_id <> d.keep THEN 2 ELSE 1 END AS {DUP}
             FROM {_source(parts)} AS r
-            LEFT JOIN export_dupkeys AS d ON d.{KEY} = r.{KEY}
+            LEFT JOIN export_dupkeys AS d ON d.{KEY[0]} = r.{KEY[0]} AND d.{KEY[1]} = r.{KEY[1]}
             WHERE r.{HASH} BETWEEN {lo} AND {hi}
             ORDER BY r.sample_id"""
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import orjson
 import pyarrow as pa
 
+from .batches import KEY
 from .registry import OWN_COLUMNS
 from .writer import DUP, HASH, SHARD
 
@@ -105,7 +106,7 @@ def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning
     trip, for rows of an engine whose JSON text is not DuckDB's (Spark embeds JSON texts as written, spaces kept,
     where DuckDB's ``json()`` minifies them)."""
     names = rows.schema.names
-    base = [n for n in names if n not in (SHARD, DUP, HASH, *OWN_COLUMNS)]
+    base = [n for n in names if n not in (SHARD, DUP, HASH, *KEY, *OWN_COLUMNS)]
     json_type = pa.json_() if fmt == "parquet" else pa.string()
     schema = pa.schema([*(pa.field(n, pa.string()) for n in ("sample_id", "run_id", "episode_id")),
                         pa.field("task_id", pa.int64()),
@@ -113,6 +114,7 @@ def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning
                         pa.field("record", json_type),
                         *([pa.field("__line", pa.string())] if fmt == "jsonl" else []),
                         *([pa.field(HASH, pa.int64())] if HASH in names else []),
+                        *(pa.field(k, pa.uint64()) for k in KEY if k in names),
                         pa.field(SHARD, pa.int32()), pa.field(DUP, pa.int64())])
     def texts_of(chunk: pa.Table) -> pa.Array:
         raw = chunk.column("record").combine_chunks()
