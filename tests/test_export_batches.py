@@ -329,3 +329,25 @@ def test_the_spill_is_read_without_the_metadata_cache_and_the_setting_comes_back
     res = export("sft-action", export_con, tmp_path / "a", where="true", shard_rows=3)
     assert res.rows > 0 and seen == [False]
     assert export_con.execute("SELECT current_setting('parquet_metadata_cache')").fetchone()[0] is True
+
+
+def test_the_base_rows_copied_on_two_cursors_equal_the_copy_on_one(export_con, tmp_path, monkeypatch):
+    """core._shadow copies the base views on two cursors at once: the same files (rows and Arrow types: a cursor
+    with lossless Arrow conversion once wrote BOOLEAN as arrow.bool8, read back as TINYINT) as one after the
+    other on the export's connection."""
+    import pyarrow.parquet as pq
+
+    shadow = batches.shadow
+    copies: dict[str, dict] = {}
+
+    def spy(con, db, spill, columns=None, each=None, *, mode):
+        shadow(con, db, spill, columns, None if mode == "one" else each)
+        assert (each is not None) == (batches.workers() > 1)
+        copies[mode] = {str(f.relative_to(spill)): (pq.read_table(f).to_pylist(), pq.read_schema(f).types)
+                        for f in sorted((spill / "base").glob("*/*/*.parquet"))}
+
+    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", str(BATCH))
+    for mode in ("one", "two"):
+        monkeypatch.setattr(batches, "shadow", lambda *a, mode=mode, **k: spy(*a, **k, mode=mode))
+        export("shopsimrl-v4", export_con, tmp_path / mode, where="true")
+    assert len(copies["one"]) > len(batches.SHADOWED) and copies["one"] == copies["two"]

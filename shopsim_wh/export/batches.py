@@ -62,6 +62,8 @@ BATCH_COLUMN = "__batch"
 SPILL_ROW_GROUP = 2048  # rows per Arrow batch out of a batch's query, and per bucket row group (at least)
 # The base views the export views read whose rows belong to one episode: shadowed per batch.
 SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
+# the same, in the order of their usual bytes per episode at runner shape, largest first (copies started first)
+SHADOW_SIZE_ORDER = ("observations", "messages", "steps", "actions", "tools", "episodes", "agents")
 # The sample key (:func:`sample_key`): the md5 of the sample columns as two unsigned 64-bit halves, fixed width, so
 # that the duplicate search's hash table holds 16 bytes a row (a 32-character md5 text and the kept sample_id made
 # it hit DuckDB's memory cap at 13.7M rows)
@@ -186,7 +188,7 @@ def shadow_columns(con, db: str, spec: Kind, blocks) -> dict[str, list[str]] | N
     return keep if got == want else None
 
 
-def shadow(con, db: str, spill: Path, columns: dict[str, list[str]] | None = None) -> None:
+def shadow(con, db: str, spill: Path, columns: dict[str, list[str]] | None = None, each=None) -> None:
     """Copy each :data:`SHADOWED` base view's scoped rows once into ``spill``, one folder per batch
     (``base/<view>/<batch>/part-<n>.parquet``), so that a batch reads exactly its own files: one pass over the base
     tables, not one per batch, and no batch opens a file whose size grows with the warehouse. DuckDB streams the
@@ -194,7 +196,9 @@ def shadow(con, db: str, spill: Path, columns: dict[str, list[str]] | None = Non
     :data:`SHADOW_PENDING_BYTES` of rows in memory: the copy's memory does not grow with the warehouse (the sort
     by batch this replaces ran out of memory on rows of several KB).
 
-    ``columns``: the columns to copy of each view (:func:`shadow_columns`), else all.
+    ``columns``: the columns to copy of each view (:func:`shadow_columns`), else all. ``each(copy, names)``: runs
+    ``copy(cursor, name)`` for every view name, largest first (export.core runs them on two cursors at once; a
+    cursor sees the warehouse views and an ``export_batch_plan``); default: one after the other on ``con``.
 
     Past :data:`SHADOW_OPEN_FILES` batches the rows go in two passes, each routing to at most that many folders:
     to groups of consecutive batches first, then each group's rows to its batches. In one pass every flush closed
@@ -204,16 +208,17 @@ def shadow(con, db: str, spill: Path, columns: dict[str, list[str]] | None = Non
     # as many groups as batches per group (each pass cuts a flush into as few pieces as the other)
     per_group = 1 if n_batches <= SHADOW_OPEN_FILES else max(math.ceil(n_batches / SHADOW_OPEN_FILES),
                                                                math.isqrt(n_batches - 1) + 1)
-    for name in SHADOWED:
+
+    def copy(cur, name: str) -> None:
         cols = "t.*" if columns is None else ", ".join(f"t.{ident(c)}" for c in columns[name])
-        reader = con.sql(f"""SELECT {cols}, p.batch AS {BATCH_COLUMN} FROM {db}.main.{name} AS t
+        reader = cur.sql(f"""SELECT {cols}, p.batch AS {BATCH_COLUMN} FROM {db}.main.{name} AS t
             JOIN export_batch_plan AS p ON p.run_id = t.run_id AND p.episode_id = t.episode_id""").to_arrow_reader(
             SHADOW_ROWS)
         folder = spill / "base" / name
         try:
             if per_group == 1:
                 _route_all(reader, _Router(folder, reader.schema))
-                continue
+                return
             groups = folder / "groups"
             _route_all(reader, _Router(groups, reader.schema, per_group))
         finally:
@@ -223,6 +228,13 @@ def shadow(con, db: str, spill: Path, columns: dict[str, list[str]] | None = Non
             _route_all(_read_parts(sorted(group.glob("*.arrow"))), _Router(folder, reader.schema, empty=False))
             shutil.rmtree(group)
         shutil.rmtree(groups)
+
+    names = sorted(SHADOWED, key=SHADOW_SIZE_ORDER.index)
+    if each is None:
+        for name in names:
+            copy(con, name)
+    else:
+        each(copy, names)
 
 
 def _route_all(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, router: _Router) -> None:

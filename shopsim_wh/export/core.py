@@ -245,6 +245,32 @@ def _sql_errors(spec, expr):
                           "time (--runs)") from exc
 
 
+def _shadow(con, spec, spill: Path, params, blocks) -> None:
+    """:func:`batches.shadow` (the base rows copied once into one folder per batch), its views copied on
+    :func:`batches.workers` cursors at once: a copy is DuckDB's scan and join plus a Python router cutting and
+    writing Arrow batches, one thread each, so a second view's copy fills the core the first one leaves."""
+    db = ident(con.execute("SELECT current_database()").fetchall()[0][0])
+    columns = batches.shadow_columns(con, db, spec, blocks)
+    workers = min(batches.workers(), len(batches.SHADOWED))
+    if workers == 1:
+        return batches.shadow(con, db, spill, columns)
+    plan = con.sql("SELECT run_id, episode_id, batch FROM export_batch_plan").to_arrow_table()  # TEMP: con's own
+    make = _cursors(con, spill, params, workers)
+
+    def cursor():
+        cur = make()
+        cur.register("export_batch_plan", plan)
+        # the copy's Arrow as on ``con``: lossless conversion writes BOOLEAN as arrow.bool8 (read back as TINYINT)
+        # and JSON as arrow.json, and the batches' views would change types
+        cur.execute("SET arrow_lossless_conversion = false")
+        return cur
+
+    def each(copy, names: list[str]) -> None:
+        _parallel(cursor, lambda cur, i: copy(cur, names[i]), len(names), workers)
+
+    batches.shadow(con, db, spill, columns, each)
+
+
 def _compute(con, spec, spill: Path, format, expr, params, blocks, columns,
              episodes_where=None) -> list[list[Path]]:
     """Phase 1 (see batches.py): the kind's rows, batch by batch of episodes (those ``episodes_where`` holds for:
@@ -252,8 +278,7 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns,
     own TEMP tables and variables); the output does not depend on the order they finish in (phase 3 sorts)."""
     n_batches = batches.plan(con, spec, batches.batch_episodes(spec), episodes_where)
     if n_batches > 1:
-        db = con.execute("SELECT current_database()").fetchall()[0][0]  # all rows: the result is complete
-        batches.shadow(con, ident(db), spill, batches.shadow_columns(con, ident(db), spec, blocks))
+        _shadow(con, spec, spill, params, blocks)
     query = batches.compute_sql(spec, expr, format, columns)
     out = batches.Spill(spill, n_batches)
     lock = threading.Lock()
@@ -292,8 +317,7 @@ def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, exact, 
     total = sum(len(p) for p in planned)  # if exact, exactly the rows (check_planned holds it)
     n_shards = max(1, math.ceil(total / shard_rows)) if exact else 1  # batches.direct: all fit one shard
     if n_batches > 1:
-        db = con.execute("SELECT current_database()").fetchall()[0][0]
-        batches.shadow(con, ident(db), spill, batches.shadow_columns(con, ident(db), spec, blocks))
+        _shadow(con, spec, spill, params, blocks)
     query = batches.compute_sql(spec, expr, format, columns, shards=n_shards)
 
     def run(cur, b: int) -> pa.Table:
