@@ -399,7 +399,8 @@ def share_staging(con, spill: Path) -> list[tuple[str, Path]]:
     for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name LIKE 'stg\\_%' "
                                "ESCAPE '\\' ORDER BY 1").fetchall():
         path = base / f"{name}.parquet"
-        con.execute(f"COPY temp.main.{ident(name)} TO {sql_string(str(path))} (FORMAT parquet)")
+        if not path.exists():  # once per export: the base-row copy's cursors and the batches' share them
+            con.execute(f"COPY temp.main.{ident(name)} TO {sql_string(str(path))} (FORMAT parquet)")
         out.append((name, path))
     return out
 
