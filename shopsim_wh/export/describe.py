@@ -164,8 +164,8 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
   each: `SHOPSIM_WH_EXPORT_BUCKET_BYTES`) in a private temporary directory (removed afterwards). The rows are
   then counted (which sizes the shards; duplicates are found by the 128-bit md5 of the sample columns, held as
   two 64-bit numbers, so the count keeps 16 bytes and a count per row however wide the samples are) and read back
-  shard by shard (a shard is a range of the same hash: the buckets it overlaps), each shard sorted by `sample_id`, so one shard is open at a time: every row is written and
-  read once, so the cost grows linearly with the warehouse and the memory does not grow with the shards.
+  shard by shard (a shard is a range of the same hash: the buckets it overlaps), each shard sorted by
+  `sample_id`, so one shard is open at a time: every row is written and read once, so the cost grows linearly with the warehouse and the memory does not grow with the shards.
   The shards do not depend on the batch size, the bucket size or the order batches finish in (tested), and
   peak memory follows the batch and the bucket, not the warehouse. `SHOPSIM_WH_EXPORT_MEMORY` (e.g. `2GB`)
   caps DuckDB's memory. The record kinds (`shopsimrl-v4`, `atif`: one row per episode, its `sample_id` the md5
