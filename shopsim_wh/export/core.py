@@ -206,9 +206,11 @@ def _columns(con, spec) -> list[str]:
     return columns
 
 
-def _cursors(con, spill: Path, params: dict, workers: int) -> Callable:
+def _cursors(con, spill: Path, params: dict, workers: int, lossless: bool = True) -> Callable:
     """A factory of worker cursors (each with its own TEMP tables and variables: the scope, the parameters, the
-    small staged tables shared through ``spill``)."""
+    small staged tables shared through ``spill``). ``lossless``: JSON crosses to Arrow as ``arrow.json`` (the
+    batches' rows); the base-row copy wants the connection's default instead, or BOOLEAN would cross as
+    ``arrow.bool8`` and come back from its files as TINYINT."""
     shared = batches.share_staging(con, spill) if workers > 1 else []
     scope = [r[0] for r in con.execute("SELECT run_id FROM export_scope").fetchall()]
 
@@ -222,7 +224,7 @@ def _cursors(con, spill: Path, params: dict, workers: int) -> Callable:
             cur.executemany("INSERT INTO export_scope VALUES (?)", [[r] for r in scope])
         cur.execute("CREATE OR REPLACE TEMP TABLE export_decisions_wanted (run_id VARCHAR, episode_id VARCHAR, "
                     "agent_id VARCHAR, step_idx INTEGER)")  # as sql/exports/00_export_scope.sql (TEMP: per cursor)
-        cur.execute("SET arrow_lossless_conversion = true")
+        cur.execute(f"SET arrow_lossless_conversion = {'true' if lossless else 'false'}")
         return cur
 
     return cursor
@@ -255,14 +257,11 @@ def _shadow(con, spec, spill: Path, params, blocks) -> None:
     if workers == 1:
         return batches.shadow(con, db, spill, columns)
     plan = con.sql("SELECT run_id, episode_id, batch FROM export_batch_plan").to_arrow_table()  # TEMP: con's own
-    make = _cursors(con, spill, params, workers)
+    make = _cursors(con, spill, params, workers, lossless=False)  # the copy's Arrow types as on ``con``
 
     def cursor():
         cur = make()
         cur.register("export_batch_plan", plan)
-        # the copy's Arrow as on ``con``: lossless conversion writes BOOLEAN as arrow.bool8 (read back as TINYINT)
-        # and JSON as arrow.json, and the batches' views would change types
-        cur.execute("SET arrow_lossless_conversion = false")
         return cur
 
     def each(copy, names: list[str]) -> None:

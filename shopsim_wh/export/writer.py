@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 ROW_GROUP_ROWS = 4096
@@ -90,8 +91,6 @@ class _JsonlSink:
         if col.null_count or not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             self.f.write(("\n".join(col.to_pylist()) + "\n").encode())
             return
-        import pyarrow.compute as pc
-
         text = pc.binary_join_element_wise(col, "", "\n")  # "line\n" per row, contiguous in one data buffer
         _, offs, data = text.buffers()
         offsets = memoryview(offs).cast("q" if pa.types.is_large_string(text.type) else "i")
@@ -154,22 +153,19 @@ def write_shards(reader: pa.RecordBatchReader, out: Path, n_shards: int, fmt: st
     for batch in reader:
         if batch.num_rows == 0:
             continue
-        dup = batch.column(DUP).to_pylist()
-        keep = [d == 1 for d in dup]
-        stats.duplicates += len(keep) - sum(keep)
-        if not all(keep):
-            batch = batch.filter(pa.array(keep))
-        shard = batch.column(SHARD).to_pylist()
+        keep = pc.equal(batch.column(DUP), 1)
+        kept = pc.sum(keep).as_py() or 0
+        stats.duplicates += batch.num_rows - kept
+        if kept < batch.num_rows:
+            batch = batch.filter(keep)
         for run, task in set(zip(batch.column("run_id").to_pylist(), batch.column("task_id").to_pylist(), strict=True)):
             stats.tasks.add((run, task))
         if track_split:
             stats.splits.update(batch.column("split").to_pylist())
+        runs = pc.run_end_encode(batch.column(SHARD))  # cut the batch at shard changes
         start = 0
-        while start < len(shard):  # cut the batch at shard changes
-            end = start
-            while end < len(shard) and shard[end] == shard[start]:
-                end += 1
-            advance(shard[start])
+        for i, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+            advance(i)
             part = batch.slice(start, end - start)
             sink.add(_conform(part, schema) if fmt == "parquet" else part)
             files[current].rows += end - start
