@@ -59,7 +59,10 @@ def test_short_help_version_and_completion_stay_light():
     env = {"_SHOPSIM_WH_COMPLETE": "complete_bash", "COMP_WORDS": "shopsim-wh su", "COMP_CWORD": "1"}
     doc, text = _probe([[]], env=env)
     assert text.split() == ["summarize"] and doc["heavy"] == []
-    out = subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'shopsim-wh'; "
-                          "from shopsim_wh.cli.main import main; main()", "--show-completion", "bash"],
-                         capture_output=True, text=True, timeout=60)
+    # typer finds the shell among the process's ancestors (shellingham), so the command runs under bash, as a user
+    # types it; bash runs it as a child, not exec'd in its place (the "; exit" after it): an orphaned process (a
+    # test run started in the background) has no shell above it and typer answers "Shell  not supported"
+    out = subprocess.run(["bash", "-c", '"$@"; exit $?', "bash", sys.executable, "-c",
+                          "import sys; sys.argv[0] = 'shopsim-wh'; from shopsim_wh.cli.main import main; main()",
+                          "--show-completion"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "_SHOPSIM_WH_COMPLETE" in out.stdout

@@ -75,11 +75,11 @@ def test_parent_heap_is_flat_across_chunks(tmp_path, monkeypatch):
     """The ingest process's traced Python heap, read at each chunk (the progress callback), may not grow with the
     episodes merged. The dicts it replaced grew by ~320 bytes per episode here; what grows now is 12 bytes per
     episode (the index) and ~500 bytes per committed file (the snapshot's entries: ~10 files a chunk, one chunk
-    per 32 MB of input at the default ``flush_bytes``; here a chunk is ~250 episodes, so ~40 bytes per episode)."""
+    per 32 MB of input at the default ``flush_bytes``; here a chunk is ~125 episodes, so ~80 bytes per episode)."""
     from shopsim_wh.ingest import v4
 
     monkeypatch.setattr(v4, "PIPELINE_MIN_BYTES", 0)
-    n = 8000
+    n = 4000
     f = tmp_path / "traces.jsonl"
     with open(f, "wb") as out:
         for i in range(n):
@@ -112,7 +112,7 @@ def test_serial_path_heap_is_flat_across_chunks(tmp_path, monkeypatch):
 
     from shopsim_wh.ingest import v4
 
-    n = 8000
+    n, per = 4000, 125  # 32 chunks (tracemalloc slows every allocation: 8,000 episodes took a minute)
     f = tmp_path / "traces.jsonl.gz"
     with gzip.open(f, "wb", compresslevel=1) as out:
         for i in range(n):
@@ -131,13 +131,13 @@ def test_serial_path_heap_is_flat_across_chunks(tmp_path, monkeypatch):
     monkeypatch.setattr(v4, "_end_chunk", measured)
     tracemalloc.start()
     try:
-        s = ingest([f], tmp_path / "wh", flush_every=250)
+        s = ingest([f], tmp_path / "wh", flush_every=per)
     finally:
         tracemalloc.stop()
     assert s.files[0].status == "landed" and s.files[0].episodes == n
-    assert len(heap) == n // 250 + 1  # one reading per chunk, the last one's at the end of the file
+    assert len(heap) == n // per + 1  # one reading per chunk, the last one's at the end of the file
     early, late = sorted(heap[5:15])[5], sorted(heap[-11:-1])[5]
-    episodes_between = 250 * (len(heap) - 1 - 10 - 10)
+    episodes_between = per * (len(heap) - 1 - 10 - 10)
     assert late - early < 100 * episodes_between, (early, late, episodes_between)
     assert len(dirs) == 1 and not next(iter(dirs)).exists()  # the index's files are gone
     con = connect(tmp_path / "wh")
