@@ -99,6 +99,30 @@ def test_sql_records_equal_the_dump_writer_on_ingested_shopsimrl_runs(kind, flag
     _check_bytes(v4_wh, kind, tmp_path, FLAGS[flags])
 
 
+def test_fallback_records_of_a_batch_read_its_copy_and_equal_the_dump_writer(v4_wh, tmp_path, monkeypatch):
+    """Several batches: the records the SQL leaves to the dump writer are built from the batch's own copy of the
+    base rows (the last attempt of each episode), not from a scan of the whole warehouse per call, with the
+    dump writer's bytes; retried episodes among them."""
+    from shopsim_wh.ingest import dump
+
+    fallback = {r[0] for r in v4_wh.execute("SELECT episode_id FROM export_shopsimrl_v4 "
+                                            "WHERE record_fallback IS NOT NULL").fetchall()}
+    retried = {r[0] for r in v4_wh.execute("SELECT episode_id FROM retried_episodes").fetchall()}
+    assert len(fallback) >= 2 and retried  # the fixture holds both
+    read = []
+    fetch = dump._fetch
+    monkeypatch.setattr(dump, "_fetch", lambda con, q, params=None: read.append(q.split(" WHERE")[0]) or fetch(
+        con, q, params))
+    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", "3")
+    res = export("shopsimrl-v4", v4_wh, tmp_path, format="jsonl", where="true", shard_rows=10**9, **FLAGS["both"])
+    monkeypatch.setattr(dump, "_fetch", fetch)
+    assert "SELECT * FROM observations" in read, read  # the fallback ran, on the batch's views
+    assert not [q for q in read if q.removeprefix("SELECT * FROM stg_") in (
+        "steps", "messages", "observations", "actions", "agents", "tools")], read
+    got = (tmp_path / res.shards[0]["file"]).read_bytes().splitlines()
+    assert got == _dump_writer_lines(v4_wh, "shopsimrl-v4", res, FLAGS["both"])
+
+
 def test_what_the_sql_leaves_to_python(v4_wh):
     """The two residual records go to the dump writer; the edge record is built in SQL and holds DuckDB's own
     spellings, which records.py re-spells (the byte test above then holds)."""

@@ -167,7 +167,7 @@ def _python_records(con, chunk: pa.Table, builder: str, reasoning: bool, persona
     records: dict[tuple, str] = {}
     for run_id in sorted({r for r, _ in keys}):
         last: dict[str, object] = {}
-        for ep in load_episodes(con, run_id, episode_ids=[e for r, e in keys if r == run_id]):
+        for ep in load_episodes(con, run_id, episode_ids=[e for r, e in keys if r == run_id], last_attempts=True):
             last[ep.eid] = ep  # attempts arrive in order: the last one stays, as the episodes view keeps
         for eid, ep in last.items():
             rec = to_record(ep)

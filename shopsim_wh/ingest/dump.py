@@ -59,11 +59,18 @@ class _Episode:
         return [r for r in rows if r["agent_id"] == agent_id and (step_idx is None or r["step_idx"] == step_idx)]
 
 
+# the tables an export batch holds its own copy of (export/batches.py SHADOWED), under their base view's name
+_LAST_ATTEMPT_VIEWS = frozenset({"agents", "steps", "actions", "observations", "messages", "tools"})
+
+
 def load_episodes(con, run_id: str, episode_id: str | None = None, attempt: int | None = None,
-                  episode_ids: list[str] | None = None) -> list[_Episode]:
+                  episode_ids: list[str] | None = None, last_attempts: bool = False) -> list[_Episode]:
     """Every stored attempt of a run (or of one episode / attempt, or of the episodes ``episode_ids``), in
     (episode_id, attempt) order: one query per table, grouped here, so dumping a whole run does not cost one
-    round trip per episode."""
+    round trip per episode. ``last_attempts``: only the last attempt of each episode is wanted, so the tables of
+    :data:`_LAST_ATTEMPT_VIEWS` are read through their base views (the same rows of that attempt): in an export's
+    batch those are the batch's own copy, where ``stg_`` would scan the whole warehouse once per call (the record
+    kinds' fallback, export/records.py: its cost grew with the warehouse times the batches)."""
     cond, params = "run_id = ?", [run_id]
     if episode_id is not None:
         cond, params = cond + " AND episode_id = ?", params + [episode_id]
@@ -73,13 +80,16 @@ def load_episodes(con, run_id: str, episode_id: str | None = None, attempt: int 
         cond, params = cond + " AND attempt = ?", params + [attempt]
     eps = _fetch(con, f"SELECT * FROM stg_episodes WHERE {cond} ORDER BY episode_id, attempt", params)
     grouped: dict[str, dict[tuple, list]] = {}
+    def table(t: str) -> str:
+        return t if last_attempts and t in _LAST_ATTEMPT_VIEWS else f"stg_{t}"
+
     for t, order in _TABLES.items():
         g = grouped[t] = {}
-        for r in _fetch(con, f"SELECT * FROM stg_{t} WHERE {cond} ORDER BY episode_id, attempt, {order}", params):
+        for r in _fetch(con, f"SELECT * FROM {table(t)} WHERE {cond} ORDER BY episode_id, attempt, {order}", params):
             g.setdefault((r["episode_id"], r["attempt"]), []).append(r)
     tcond = cond.replace(" AND attempt = ?", "")
     tools: dict[str, list] = {}
-    for r in _fetch(con, f"SELECT * FROM stg_tools WHERE {tcond} ORDER BY episode_id, agent_id, name",
+    for r in _fetch(con, f"SELECT * FROM {table('tools')} WHERE {tcond} ORDER BY episode_id, agent_id, name",
                     params if attempt is None else params[:-1]):
         tools.setdefault(r["episode_id"], []).append(r)
     run = _fetch(con, "SELECT * FROM stg_runs WHERE run_id = ?", [run_id])
