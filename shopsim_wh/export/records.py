@@ -88,23 +88,25 @@ def _needs_python(texts: pa.Array, reasoning: bool, persona: bool) -> list[bool]
 def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool = False,
                    persona: bool = False) -> pa.RecordBatchReader:
     """Run the kind's (one row per episode) ``query``, then :func:`finish` its rows (the fallback episodes read
-    from ``con``)."""
+    from ``con``'s base views: in an export batch, the batch's own copy of the base rows)."""
     from .. import __version__
     from ..db import fetch_arrow, sql_string
 
     con.execute(f"SET VARIABLE export_tool_version = {sql_string(__version__)}")
     table = fetch_arrow(con, query)  # one batch of the export: ~RECORD_BATCH episodes
-    return finish(table.to_reader(), builder, fmt, con, reasoning=reasoning, persona=persona)
+    return finish(table.to_reader(), builder, fmt, con, reasoning=reasoning, persona=persona, base_views=True)
 
 
 def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning: bool = False,
-           persona: bool = False, every: bool = False) -> pa.RecordBatchReader:
+           persona: bool = False, every: bool = False, base_views: bool = False) -> pa.RecordBatchReader:
     """The kind's view rows (``rows``, whatever engine computed them) as batches with a ``record`` column (JSON)
     and, for JSONL, the ``__line``; records pass :func:`scrub` (privacy by default). The episodes whose
     ``record`` is NULL are built by the dump writer, which reads them from ``con`` (a DuckDB connection with the
     warehouse's ``stg_`` views, on the snapshot the rows came from). ``every``: every record takes the orjson round
     trip, for rows of an engine whose JSON text is not DuckDB's (Spark embeds JSON texts as written, spaces kept,
-    where DuckDB's ``json()`` minifies them)."""
+    where DuckDB's ``json()`` minifies them). ``base_views``: ``con`` also has the base views (``steps``, ...) and
+    the fallback reads the episodes' last attempts through them (``load_episodes(last_attempts=True)``): in an
+    export batch they hold that batch's rows alone, where ``stg_`` is the whole warehouse."""
     names = rows.schema.names
     base = [n for n in names if n not in (SHARD, DUP, HASH, *KEY, *OWN_COLUMNS)]
     json_type = pa.json_() if fmt == "parquet" else pa.string()
@@ -132,7 +134,8 @@ def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning
                     rec = scrub(rec, reasoning, persona)
                 texts[i] = orjson.dumps(rec, option=orjson.OPT_NON_STR_KEYS).decode()
         if missing:
-            for i, t in zip(missing, _python_records(con, chunk.take(missing), builder, reasoning, persona), strict=True):
+            for i, t in zip(missing, _python_records(con, chunk.take(missing), builder, reasoning, persona,
+                                                             base_views), strict=True):
                 texts[i] = t
         return pa.array(texts, pa.string())
 
@@ -158,7 +161,8 @@ def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning
     return pa.RecordBatchReader.from_batches(schema, gen())
 
 
-def _python_records(con, chunk: pa.Table, builder: str, reasoning: bool, persona: bool) -> list[str]:
+def _python_records(con, chunk: pa.Table, builder: str, reasoning: bool, persona: bool,
+                    base_views: bool = False) -> list[str]:
     """The records of ``chunk``'s episodes built by the dump writer (their last attempts), as orjson text."""
     from ..ingest.dump import load_episodes
 
@@ -167,7 +171,7 @@ def _python_records(con, chunk: pa.Table, builder: str, reasoning: bool, persona
     records: dict[tuple, str] = {}
     for run_id in sorted({r for r, _ in keys}):
         last: dict[str, object] = {}
-        for ep in load_episodes(con, run_id, episode_ids=[e for r, e in keys if r == run_id], last_attempts=True):
+        for ep in load_episodes(con, run_id, episode_ids=[e for r, e in keys if r == run_id], last_attempts=base_views):
             last[ep.eid] = ep  # attempts arrive in order: the last one stays, as the episodes view keeps
         for eid, ep in last.items():
             rec = to_record(ep)
