@@ -24,11 +24,14 @@ from collections.abc import Iterator
 import orjson
 import pyarrow as pa
 
-from .batches import KEY
+from .batches import KEY, SHADOWED
 from .registry import OWN_COLUMNS
 from .writer import DUP, HASH, SHARD
 
 RECORD_BATCH = 500
+# what the fallback reads through the base views in an export batch (its copy of them): the copied tables but
+# `episodes`, whose view fills in r_strict / r_success where the dump writer must see the stored values
+LAST_ATTEMPT_VIEWS = frozenset(SHADOWED) - {"episodes"}
 
 
 def _builders():
@@ -105,7 +108,7 @@ def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning
     warehouse's ``stg_`` views, on the snapshot the rows came from). ``every``: every record takes the orjson round
     trip, for rows of an engine whose JSON text is not DuckDB's (Spark embeds JSON texts as written, spaces kept,
     where DuckDB's ``json()`` minifies them). ``base_views``: ``con`` also has the base views (``steps``, ...) and
-    the fallback reads the episodes' last attempts through them (``load_episodes(last_attempts=True)``): in an
+    the fallback reads the episodes' last attempts through them (``load_episodes(base_views=LAST_ATTEMPT_VIEWS)``): in an
     export batch they hold that batch's rows alone, where ``stg_`` is the whole warehouse."""
     names = rows.schema.names
     base = [n for n in names if n not in (SHARD, DUP, HASH, *KEY, *OWN_COLUMNS)]
@@ -171,7 +174,8 @@ def _python_records(con, chunk: pa.Table, builder: str, reasoning: bool, persona
     records: dict[tuple, str] = {}
     for run_id in sorted({r for r, _ in keys}):
         last: dict[str, object] = {}
-        for ep in load_episodes(con, run_id, episode_ids=[e for r, e in keys if r == run_id], last_attempts=base_views):
+        for ep in load_episodes(con, run_id, episode_ids=[e for r, e in keys if r == run_id],
+                                base_views=LAST_ATTEMPT_VIEWS if base_views else ()):
             last[ep.eid] = ep  # attempts arrive in order: the last one stays, as the episodes view keeps
         for eid, ep in last.items():
             rec = to_record(ep)

@@ -12,6 +12,7 @@ ATIF reader ingests the dump back to the same agents and steps.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 import orjson
@@ -59,18 +60,14 @@ class _Episode:
         return [r for r in rows if r["agent_id"] == agent_id and (step_idx is None or r["step_idx"] == step_idx)]
 
 
-# the tables an export batch holds its own copy of (export/batches.py SHADOWED), under their base view's name
-_LAST_ATTEMPT_VIEWS = frozenset({"agents", "steps", "actions", "observations", "messages", "tools"})
-
-
 def load_episodes(con, run_id: str, episode_id: str | None = None, attempt: int | None = None,
-                  episode_ids: list[str] | None = None, last_attempts: bool = False) -> list[_Episode]:
+                  episode_ids: list[str] | None = None, base_views: Collection[str] = ()) -> list[_Episode]:
     """Every stored attempt of a run (or of one episode / attempt, or of the episodes ``episode_ids``), in
     (episode_id, attempt) order: one query per table, grouped here, so dumping a whole run does not cost one
-    round trip per episode. ``last_attempts``: only the last attempt of each episode is wanted, so the tables of
-    :data:`_LAST_ATTEMPT_VIEWS` are read through their base views (the same rows of that attempt): in an export's
-    batch those are the batch's own copy, where ``stg_`` would scan the whole warehouse once per call (the record
-    kinds' fallback, export/records.py: its cost grew with the warehouse times the batches)."""
+    round trip per episode. ``base_views``: tables read through their base view (the rows of each episode's last
+    attempt) instead of ``stg_``, for a caller that wants the last attempts only: in an export's batch those views
+    are the batch's own copy, where ``stg_`` would scan the whole warehouse once per call (the record kinds'
+    fallback, export/records.py: its cost grew with the warehouse times the batches)."""
     cond, params = "run_id = ?", [run_id]
     if episode_id is not None:
         cond, params = cond + " AND episode_id = ?", params + [episode_id]
@@ -80,8 +77,9 @@ def load_episodes(con, run_id: str, episode_id: str | None = None, attempt: int 
         cond, params = cond + " AND attempt = ?", params + [attempt]
     eps = _fetch(con, f"SELECT * FROM stg_episodes WHERE {cond} ORDER BY episode_id, attempt", params)
     grouped: dict[str, dict[tuple, list]] = {}
+
     def table(t: str) -> str:
-        return t if last_attempts and t in _LAST_ATTEMPT_VIEWS else f"stg_{t}"
+        return t if t in base_views else f"stg_{t}"
 
     for t, order in _TABLES.items():
         g = grouped[t] = {}
