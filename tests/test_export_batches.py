@@ -314,6 +314,34 @@ def test_the_shard_writer_holds_one_shard_and_refuses_rows_out_of_shard_order(tm
         write_shards(pa.RecordBatchReader.from_batches(b.schema, [batch([1]), batch([0])]), out, 2, "parquet", None)
 
 
+def test_the_jsonl_writer_writes_each_line_in_place_with_its_hash_and_size(tmp_path):
+    """JSONL shards are written line by line from the Arrow buffers (writev, IOV_MAX buffers a call): batches cut
+    at shard changes (sliced arrays, non-zero offsets), more lines than one call takes, and a column with a null
+    all give the joined lines' bytes, and the sha256 and size the writer reports are those of the file."""
+    import hashlib
+
+    import pyarrow as pa
+
+    from shopsim_wh.export.writer import DUP, IOV_MAX, SHARD, publish, write_shards
+
+    def batch(shards, lines):
+        n = len(shards)
+        return pa.record_batch({"sample_id": [f"s{i}" for i in range(n)], "run_id": ["r"] * n, "task_id": [1] * n,
+                                "__line": pa.array(lines, pa.string()), SHARD: pa.array(shards, pa.int32()),
+                                DUP: [1] * n})
+
+    many = [f'{{"i":{i},"text":"{"é" * (i % 7)}"}}' for i in range(IOV_MAX + 37)]
+    first = batch([0] * 3 + [1] * (len(many) - 3), many)
+    last = batch([1, 1], ['{"last":1}', '{"last":2}'])
+    stats = write_shards(pa.RecordBatchReader.from_batches(first.schema, [first, last]), tmp_path, 2, "jsonl", "__line")
+    publish(tmp_path, stats)
+    want = ["\n".join(many[:3]) + "\n", "\n".join(many[3:] + ['{"last":1}', '{"last":2}']) + "\n"]
+    for shard, text in zip(stats.shards, want, strict=True):
+        data = (tmp_path / shard.file).read_bytes()
+        assert data == text.encode()
+        assert (shard.sha256, shard.bytes) == (hashlib.sha256(data).hexdigest(), len(data))
+
+
 def test_the_spill_is_read_without_the_metadata_cache_and_the_setting_comes_back(export_con, tmp_path, monkeypatch):
     """Phases 2-3 read the spill with DuckDB's Parquet metadata cache off (at 1M episodes it cached 13 GB of spill
     footers), and a caller's connection gets its own setting back."""

@@ -485,7 +485,8 @@ def sample_key(spec: Kind) -> str:
 
 def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str], shards: int | None = None) -> str:
     """Phase 1's query: the kind's rows with the sample key and, for JSONL, the line text. ``shards``: a record
-    kind written directly (:func:`plan_records`): each row's shard instead of the sample key."""
+    kind written directly (:func:`plan_records`): each row's shard instead of the sample key, and no ORDER BY
+    (:func:`record_rows` sorts the batch's rows)."""
     filt = f"WHERE ({where})" if where else ""
     extra = ""
     if fmt == "jsonl" and not spec.record:
@@ -493,8 +494,7 @@ def compute_sql(spec: Kind, where: str | None, fmt: str, columns: list[str], sha
                 "CAST(to_json(struct_pack(" + ", ".join(f'"{c}" := "{c}"' for c in columns) + ")) AS VARCHAR)")
         extra = f", {line} AS __line"
     if shards is not None:
-        return (f"SELECT *, {shard_sql(shards)} AS {SHARD}, 1 AS {DUP} FROM {spec.view} {filt} "
-                f"ORDER BY {SHARD}, sample_id")
+        return f"SELECT *, {shard_sql(shards)} AS {SHARD}, 1 AS {DUP} FROM {spec.view} {filt}"
     tail = f", 0 AS {SHARD}, 1 AS {DUP}" if spec.record else ""  # record_batches carries them through
     return (f"SELECT * EXCLUDE (__k), CAST(__k >> 64 AS UBIGINT) AS {KEY[0]}, "
             f"CAST(__k & CAST({(1 << 64) - 1} AS UHUGEINT) AS UBIGINT) AS {KEY[1]} "
@@ -526,11 +526,12 @@ def batch_reader(con, spec: Kind, query: str, fmt: str, params: dict, dump=None)
 
 
 def record_rows(con, spec: Kind, query: str, fmt: str, params: dict) -> pa.Table:
-    """One batch of a record kind written directly (:func:`plan_records`): its finished rows with ``__shard``."""
+    """One batch of a record kind written directly (:func:`plan_records`): its finished rows with ``__shard``, in
+    the writer's order (shard, then ``sample_id``)."""
     from .records import record_batches
 
     return record_batches(con, query, spec.record, fmt, reasoning=bool(params["export_include_reasoning"]),
-                          persona=bool(params["export_include_persona"])).read_all()
+                          persona=bool(params["export_include_persona"]), order=(SHARD, "sample_id")).read_all()
 
 
 class Spill(_Routed):

@@ -88,15 +88,20 @@ def _needs_python(texts: pa.Array, reasoning: bool, persona: bool) -> list[bool]
     return [bool(h) for h in hit.to_pylist()]  # null (no text) is False; no fill_null, whose scalar imports pandas
 
 
-def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool = False,
-                   persona: bool = False) -> pa.RecordBatchReader:
-    """Run the kind's (one row per episode) ``query``, then :func:`finish` its rows (the fallback episodes read
-    from ``con``'s base views: in an export batch, the batch's own copy of the base rows)."""
+def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool = False, persona: bool = False,
+                   order: tuple[str, ...] = ()) -> pa.RecordBatchReader:
+    """Run the kind's (one row per episode) ``query``, sort its rows by the columns ``order`` (if any), then
+    :func:`finish` them (the fallback episodes read from ``con``'s base views: in an export batch, the batch's own
+    copy of the base rows)."""
     from .. import __version__
     from ..db import fetch_arrow, sql_string
 
     con.execute(f"SET VARIABLE export_tool_version = {sql_string(__version__)}")
     table = fetch_arrow(con, query)  # one batch of the export: ~RECORD_BATCH episodes
+    if order:  # sorted here, not by the query: DuckDB's ORDER BY copied every record into its sort and out again
+        import pyarrow.compute as pc
+
+        table = table.take(pc.sort_indices(table, [(c, "ascending") for c in order]))
     return finish(table.to_reader(), builder, fmt, con, reasoning=reasoning, persona=persona, base_views=True)
 
 

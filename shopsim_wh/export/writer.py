@@ -46,6 +46,24 @@ def shard_name(i: int, n: int, fmt: str) -> str:
     return f"part-{i:05d}-of-{n:05d}.{'parquet' if fmt == 'parquet' else 'jsonl'}"
 
 
+IOV_MAX = 1024  # buffers per writev call (Linux's limit)
+
+
+def _writev(fd: int, views: list) -> None:
+    """All of ``views`` to ``fd`` (``os.writev`` may write fewer bytes than asked: the rest is written again)."""
+    left = sum(len(v) for v in views)
+    while left:
+        n = os.writev(fd, views)
+        left -= n
+        while n and views:
+            if n >= len(views[0]):
+                n -= len(views[0])
+                views = views[1:]
+            else:
+                views = [memoryview(views[0])[n:], *views[1:]]
+                n = 0
+
+
 class _HashedFile:
     """A shard file written front to back, hashing the bytes as they go: its sha256 and size without reading it
     back (a 4.65 GB shard's re-read and hash took 10 s of wall time after its last row, while the cores the batches
@@ -59,6 +77,24 @@ class _HashedFile:
         self.h.update(view)
         self.size += view.nbytes
         return self.f.write(view)
+
+    def write_lines(self, data: memoryview, offsets: memoryview, first: int, last: int) -> None:
+        """Rows ``first`` to ``last - 1`` of a string array's buffers (``data``, ``offsets``), each followed by a
+        newline, written in place: no joined copy of the text (at 100,000 runner episodes the copy with the
+        newlines was 4.65 GB of fresh memory, its page faults included)."""
+        self.f.flush()
+        fd, h, chunk = self.f.fileno(), self.h, []
+        for i in range(first, last):
+            line = data[offsets[i]:offsets[i + 1]]
+            h.update(line)
+            h.update(b"\n")
+            chunk += (line, b"\n")
+            if len(chunk) >= IOV_MAX:
+                _writev(fd, chunk)
+                chunk = []
+        if chunk:
+            _writev(fd, chunk)
+        self.size += offsets[last] - offsets[first] + (last - first)
 
     def tell(self) -> int:
         return self.size
@@ -118,10 +154,9 @@ class _JsonlSink:
         if col.null_count or not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             self.f.write(("\n".join(col.to_pylist()) + "\n").encode())
             return
-        text = pc.binary_join_element_wise(col, "", "\n")  # "line\n" per row, contiguous in one data buffer
-        _, offs, data = text.buffers()
-        offsets = memoryview(offs).cast("q" if pa.types.is_large_string(text.type) else "i")
-        self.f.write(memoryview(data)[offsets[text.offset]:offsets[text.offset + len(text)]])
+        _, offs, data = col.buffers()
+        offsets = memoryview(offs).cast("q" if pa.types.is_large_string(col.type) else "i")
+        self.f.write_lines(memoryview(data), offsets, col.offset, col.offset + len(col))
 
     def close(self) -> tuple[str, int]:
         """Finish the file; its (sha256, bytes)."""

@@ -57,7 +57,7 @@ msg AS (
 conversation AS MATERIALIZED (
     SELECT
         run_id, episode_id,
-        '[' || string_agg(j, ',' ORDER BY msg_idx) || ']' AS conversation,
+        string_agg(j, ',' ORDER BY msg_idx) AS conversation,  -- the list's items: the record adds the brackets
         -- the first step's `observation`: the second message's text when it is the user's
         max(CASE WHEN pos = 2 AND role = 'user' THEN content END) AS first_observation
     FROM msg
@@ -271,7 +271,7 @@ step_json AS (
 step_list AS (
     SELECT
         run_id, episode_id,
-        '[' || string_agg(j, ',' ORDER BY step_idx) || ']' AS steps,
+        string_agg(j, ',' ORDER BY step_idx) AS steps,  -- the list's items (a bracketed copy cost ~5% of the query)
         -- the last step's answer when it ended the episode (the writer's `final` without a terminal row)
         first(CASE WHEN done_true THEN env_json END ORDER BY step_idx DESC) AS final_env,
         bool_or(fallback) AS fallback
@@ -401,8 +401,9 @@ assembled AS (
             ',"duration_ms":', coalesce(CAST(to_json(ep.duration_s * 1000) AS VARCHAR), 'null'),
             ',"reset":', coalesce(CAST(json(ep.reset_payload) AS VARCHAR), 'null'),
             ',"selected_skills":', coalesce(sk.skills, '[]'),
-            ',"conversation":', coalesce(cv.conversation, '[]'),
-            ',"steps":', coalesce(sl.steps, '[]'),
+            ',"conversation":[', coalesce(cv.conversation, ''),
+            '],"steps":[', coalesce(sl.steps, ''),
+            ']',
             ',"final":',
             CASE
             WHEN term.env_json IS NOT NULL THEN term.env_json
