@@ -71,14 +71,14 @@ def _null(c) -> str:
     return f"CAST(NULL AS {_DUCK_TYPES[c.type]}) AS {ident(c.name)}"
 
 
-def staging_sql(wh: Warehouse, snap: Snapshot, table: str) -> str:
-    """SELECT over exactly the snapshot's files of a table, columns in declared order.
+def staging_sql(wh: Warehouse, snap: Snapshot, table: str, entries: list | None = None) -> str:
+    """SELECT over exactly the snapshot's files of a table (or ``entries``, some of them), columns in declared order.
 
     Files written under the current schema version are read as they are; when older files are present
     they are read by name and a column no file has yet (added by a later version) reads as NULL.
     """
     spec = TABLES[table]
-    entries = snap.files(table)
+    entries = snap.files(table) if entries is None else entries
     if not entries:
         return f"SELECT CAST(NULL AS VARCHAR) AS {PARTITION_KEY}, {', '.join(_null(c) for c in spec.columns)} WHERE false"
     paths = ", ".join(sql_string(wh.reader_path(e)) for e in entries)

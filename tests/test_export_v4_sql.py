@@ -148,7 +148,7 @@ def test_an_export_installs_its_own_kind_only(export_wh, tmp_path):
     from shopsim_wh.export.registry import get_kind
 
     spec = get_kind("atif")
-    con, _, _ = core._open(export_wh["root"], str(tmp_path / "spill"), core._reads(spec.sql) | {spec.view})
+    con, _, _, _ = core._open(export_wh["root"], str(tmp_path / "spill"), core._reads(spec.sql) | {spec.view})
     try:
         views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE view_name LIKE 'export_%'").fetchall()}
     finally:

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from .. import __version__
 from ..db import ident
-from . import batches
+from . import batches, groups
 from .registry import ExportError, Kind, get_kind
 from .scope import bind_params, decontamination, pushdown, select_runs, where_clause
 from .writer import WriteStats, publish, write_shards
@@ -76,8 +76,9 @@ def _memory_config(spill_dir: str) -> dict:
 
 
 def _open(warehouse, spill_dir: str, views: set[str] | None = None):
-    """A connection on the warehouse's current snapshot (spilling to ``spill_dir``), and that snapshot's version;
-    of the export kinds, those defining ``views`` are installed (default: all)."""
+    """A connection on the warehouse's current snapshot (spilling to ``spill_dir``), that snapshot's version, the
+    warehouse's location and its (Warehouse, Snapshot) pair (None for an open connection: its files are not known
+    here); of the export kinds, those defining ``views`` are installed (default: all)."""
     import duckdb
 
     from ..db import SMALL_TABLE_BYTES, install_exports, install_views
@@ -86,7 +87,7 @@ def _open(warehouse, spill_dir: str, views: set[str] | None = None):
     if isinstance(warehouse, duckdb.DuckDBPyConnection):  # an open connection: its snapshot is not known here
         warehouse.execute("SET enable_progress_bar = false")
         install_exports(warehouse)
-        return warehouse, None, None
+        return warehouse, None, None, None
     from ..warehouse import location
 
     if not Warehouse(warehouse).exists():
@@ -99,7 +100,7 @@ def _open(warehouse, spill_dir: str, views: set[str] | None = None):
     con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
     install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
     install_exports(con, views)
-    return con, snap.version, location(warehouse)
+    return con, snap.version, location(warehouse), (wh, snap)
 
 
 def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, experiment: str | None = None,
@@ -135,7 +136,7 @@ def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, expe
 
 def _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_rows, window, max_tokens, allow_test,
             include_reasoning, include_persona, gamma, min_margin, min_step_margin, progress, t0) -> ExportResult:
-    con, snapshot, root = _open(warehouse, spill, _reads(spec.sql) | {spec.view})
+    con, snapshot, root, source = _open(warehouse, spill, _reads(spec.sql) | {spec.view})
     params = {"export_window": window, "export_max_tokens": max_tokens,
               "export_include_reasoning": bool(include_reasoning), "export_include_persona": bool(include_persona),
               "export_gamma": float(gamma), "export_min_margin": min_margin, "export_min_step_margin": min_step_margin}
@@ -146,7 +147,7 @@ def _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_
     blocks = blocks_of(spec)
     try:
         return _run(con, spec, out, Path(spill), format, shard_rows, expr, is_default, pushed, params, selected,
-                    runs, experiment, snapshot, root, blocks, progress, t0)
+                    runs, experiment, snapshot, root, blocks, progress, t0, source)
     finally:
         for name in blocks:
             con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
@@ -307,17 +308,23 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns,
 
 
 def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, exact, params, blocks, columns, planned,
-            progress) -> tuple:
+            progress, source=None) -> tuple:
     """A record kind without the spill (batches.plan_records): batches of (shard, ``sample_id``) ranges computed on
     :func:`batches.workers` cursors and handed to the shard writer in batch order, each sorted, so every row is
     written once, as it comes. ``exact``: every planned episode gives a row (no where, or one applied whole to the
-    plan). Returns what :func:`shard_spill` does."""
+    plan). With the warehouse's files (``source``) in groups (export/groups.py), the batches are groups instead and
+    their rows are merged (:func:`_grouped`). Returns what :func:`shard_spill` does."""
     n_batches = len(planned)
     total = sum(len(p) for p in planned)  # if exact, exactly the rows (check_planned holds it)
     n_shards = max(1, math.ceil(total / shard_rows)) if exact else 1  # batches.direct: all fit one shard
+    query = batches.compute_sql(spec, expr, format, columns, shards=n_shards)
+    if n_batches > 1 and source is not None:
+        found = groups.plan_groups(con, *source, batches.batch_episodes(spec))
+        if found:
+            return _grouped(con, spec, out, spill, format, query, expr, exact, params, blocks, n_shards, found,
+                            source, total, progress)
     if n_batches > 1:
         _shadow(con, spec, spill, params, blocks)
-    query = batches.compute_sql(spec, expr, format, columns, shards=n_shards)
 
     def run(cur, b: int) -> pa.Table:
         if n_batches > 1:
@@ -356,6 +363,51 @@ def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, exact, 
                 tmp.unlink()
             raise
     batches.unshadow(con)
+    for name in blocks:
+        con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
+    columns = [n for n in schema.names if not n.startswith("__")]
+    return stats.rows + stats.duplicates, n_shards, columns, stats
+
+
+def _grouped(con, spec, out: Path, spill: Path, format, query, expr, exact, params, blocks, n_shards, found, source,
+             total, progress) -> tuple:
+    """:func:`_direct` over batches of file groups (groups.plan_groups): each batch reads its own files through
+    the base views (no copy of the base rows), its sorted rows go to a run file, and the writer gets the runs
+    merged in its order (groups.merged)."""
+    runs = spill / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    paths = [runs / f"run-{b:05d}.arrow" for b in range(len(found))]
+
+    def run(cur, b: int) -> tuple:
+        groups.use_group(cur, *source, found[b])
+        prepare(cur, spec, blocks)
+        rows = batches.record_rows(cur, spec, query, format, params)
+        batches.check_planned(spec, rows, found[b].sample_ids, every=exact)
+        groups.write_run(rows, paths[b], len(found), format)
+        return rows.schema, rows.num_rows
+
+    workers = min(batches.workers(), len(found))
+    done = 0
+    out.mkdir(parents=True, exist_ok=True)
+    with _sql_errors(spec, expr), _pool(con, workers), _no_metadata_cache(con):
+        schemas = set()
+        for schema, n in _in_order(_cursors(con, spill, params, max(2, workers)), run, len(found), workers,
+                                   ahead=len(found)):
+            schemas.add(schema)
+            done += n
+            if progress:
+                progress(done, max(done, total))
+        schema = schemas.pop()  # one schema: the kind's (records.finish)
+        try:
+            if format == "jsonl":
+                stats = groups.write_jsonl(paths, out, n_shards)
+            else:
+                stats = write_shards(groups.prefetched(groups.merged(paths, schema)), out, n_shards, format, None,
+                                     schema=schema)
+        except BaseException:
+            for tmp in out.glob(".tmp-*"):
+                tmp.unlink()
+            raise
     for name in blocks:
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
     columns = [n for n in schema.names if not n.startswith("__")]
@@ -492,7 +544,7 @@ def _shard_spill(con, buckets: list[list[Path]], out: Path, shard_rows: int, for
     return total, n_shards, columns, stats
 
 def _run(con, spec, out, spill, format, shard_rows, expr, is_default, pushed, params, selected, runs, experiment,
-         snapshot, root, blocks, progress, t0) -> ExportResult:
+         snapshot, root, blocks, progress, t0, source=None) -> ExportResult:
     columns = _columns(con, spec)
     episodes_where, whole = pushed
     exact = expr is None or whole  # every planned episode of a record kind gives its row
@@ -500,7 +552,7 @@ def _run(con, spec, out, spill, format, shard_rows, expr, is_default, pushed, pa
                else None)
     if planned is not None and batches.direct(spec, exact, sum(len(p) for p in planned), shard_rows):
         total, n_shards, columns, stats = _direct(con, spec, out, spill, format, shard_rows, expr, exact, params,
-                                                  blocks, columns, planned, progress)
+                                                  blocks, columns, planned, progress, source)
     else:
         buckets = _compute(con, spec, spill, format, expr, params, blocks, columns, episodes_where)
         total, n_shards, columns, stats = shard_spill(con, buckets, out, shard_rows, format, progress)
