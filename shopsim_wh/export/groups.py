@@ -116,6 +116,8 @@ def plan_groups(con, wh, snap, per_batch: int) -> list[Group] | None:
                     g.files[t].append(by_path[f])
     for g in out:
         g.planned.sort()
+        for files in g.files.values():  # the views' file order does not hang on the union-find's
+            files.sort(key=lambda e: e.path)
     return out
 
 
@@ -134,7 +136,9 @@ def write_run(rows: pa.Table, path: Path, n_runs: int, fmt: str) -> None:
     if fmt == "jsonl":
         lines = rows.column("__line").combine_chunks()
         _, offs, data = lines.buffers()
-        offsets = pa.Array.from_buffers(pa.int32(), len(lines) + 1, [None, offs], offset=lines.offset)
+        wide = pa.types.is_large_string(lines.type)
+        offsets = pa.Array.from_buffers(pa.int64() if wide else pa.int32(), len(lines) + 1, [None, offs],
+                                        offset=lines.offset)
         start = offsets[0].as_py()
         with open(f"{path}.lines", "wb") as f:
             f.write(memoryview(data)[start:offsets[-1].as_py()])
