@@ -118,6 +118,24 @@ def test_export_catalog_and_cli_read_an_s3_warehouse(demo_pair, tmp_path):
         build_catalog(url)
 
 
+def test_a_record_kind_exports_an_s3_warehouse_in_file_groups(demo_pair, tmp_path, monkeypatch):
+    """export shopsimrl-v4 in several batches reads the bucket's files in groups (DuckDB names each file as the
+    snapshot does) and gives the bytes of one batch."""
+    from shopsim_wh.export import export, groups
+
+    cfg, local, url, *_ = demo_pair
+    one = export("shopsimrl-v4", url, tmp_path / "one", format="jsonl")
+    seen = []
+    plan = groups.plan_groups
+    monkeypatch.setattr(groups, "plan_groups", lambda *a: seen.append(plan(*a)) or seen[-1])
+    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", "3")  # two batches; its exported commit holds 6
+    many = export("shopsimrl-v4", url, tmp_path / "many", format="jsonl")
+    assert len(seen) == 1 and seen[0] is not None
+    assert one.rows > 2 and many.shards == one.shards
+    for s in one.shards:
+        assert (tmp_path / "many" / s["file"]).read_bytes() == (tmp_path / "one" / s["file"]).read_bytes()
+
+
 def test_two_concurrent_writers_both_commit_without_losing_a_snapshot(s3):
     url = _url()
     a, b = Warehouse(url), Warehouse(url)

@@ -101,6 +101,9 @@ def plan_groups(con, wh, snap, per_batch: int) -> list[Group] | None:
         con.unregister("export_file_roots")
     if any(n > GROUP_FACTOR * per_batch for _, n, _, _ in rows):
         return None
+    known = set().union(*entries.values())
+    if not known.issuperset(parent):  # a file named otherwise than the snapshot's path: not ours to guess
+        return None
     out: list[Group] = []
     for root, n, pos, ids in rows:
         if not ids:
