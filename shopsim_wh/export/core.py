@@ -207,12 +207,12 @@ def _columns(con, spec) -> list[str]:
     return columns
 
 
-def _cursors(con, spill: Path, params: dict, workers: int, lossless: bool = True) -> Callable:
+def _cursors(con, spill: Path, params: dict, lossless: bool = True) -> Callable:
     """A factory of worker cursors (each with its own TEMP tables and variables: the scope, the parameters, the
     small staged tables shared through ``spill``). ``lossless``: JSON crosses to Arrow as ``arrow.json`` (the
     batches' rows); the base-row copy wants the connection's default instead, or BOOLEAN would cross as
     ``arrow.bool8`` and come back from its files as TINYINT."""
-    shared = batches.share_staging(con, spill) if workers > 1 else []
+    shared = batches.share_staging(con, spill)
     scope = [r[0] for r in con.execute("SELECT run_id FROM export_scope").fetchall()]
 
     def cursor():
@@ -258,7 +258,7 @@ def _shadow(con, spec, spill: Path, params, blocks) -> None:
     if workers == 1:
         return batches.shadow(con, db, spill, columns)
     plan = con.sql("SELECT run_id, episode_id, batch FROM export_batch_plan").to_arrow_table()  # TEMP: con's own
-    make = _cursors(con, spill, params, workers, lossless=False)  # the copy's Arrow types as on ``con``
+    make = _cursors(con, spill, params, lossless=False)  # the copy's Arrow types as on ``con``
 
     def cursor():
         cur = make()
@@ -299,7 +299,7 @@ def _compute(con, spec, spill: Path, format, expr, params, blocks, columns,
                 run(con, b)
         else:
             with _pool(con, workers):
-                _parallel(_cursors(con, spill, params, workers), run, n_batches, workers)
+                _parallel(_cursors(con, spill, params), run, n_batches, workers)
     buckets = out.close()
     batches.unshadow(con)
     for name in blocks:
@@ -339,7 +339,7 @@ def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, exact, 
         con.execute("SET arrow_lossless_conversion = true")
         tables = (run(con, b) for b in range(n_batches))
     else:
-        tables = _in_order(_cursors(con, spill, params, workers), run, n_batches, workers)
+        tables = _in_order(_cursors(con, spill, params), run, n_batches, workers)
     out.mkdir(parents=True, exist_ok=True)
     done = 0
 
@@ -391,7 +391,7 @@ def _grouped(con, spec, out: Path, spill: Path, format, query, expr, exact, para
     out.mkdir(parents=True, exist_ok=True)
     with _sql_errors(spec, expr), _pool(con, workers), _no_metadata_cache(con):
         schemas = set()
-        for schema, n in _in_order(_cursors(con, spill, params, max(2, workers)), run, len(found), workers,
+        for schema, n in _in_order(_cursors(con, spill, params), run, len(found), workers,
                                    ahead=len(found)):
             schemas.add(schema)
             done += n

@@ -239,8 +239,7 @@ class _Flusher:
         while (job := self.to_hash.get()) is not None:
             target, buf, n = job
             if buf is not None and not self.failed:
-                target.h.update(memoryview(buf)[:n])
-                target.size += n
+                target.hash(memoryview(buf)[:n])
             self.to_write.put(job)
         self.to_write.put(None)
 
@@ -252,7 +251,7 @@ class _Flusher:
                     n.set()
                     continue
                 if not self.failed:
-                    target.f.write(memoryview(buf)[:n])
+                    target.put(memoryview(buf)[:n])
             except BaseException as exc:  # noqa: BLE001 - raised by the next add or close
                 self.failed.append(exc)
             if isinstance(buf, bytearray):  # a pooled buffer (a long line's own buffer is not)

@@ -73,10 +73,19 @@ class _HashedFile:
         self.f, self.h, self.size = open(path, "wb"), hashlib.sha256(), 0
 
     def write(self, data) -> int:
+        self.hash(data)
+        return self.put(data)
+
+    def hash(self, data) -> None:
+        """Count ``data`` in the file's sha256 and size (the first half of :meth:`write`)."""
         view = memoryview(data)
         self.h.update(view)
         self.size += view.nbytes
-        return self.f.write(view)
+
+    def put(self, data) -> int:
+        """Write ``data`` hashed already (the second half of :meth:`write`, which export.groups runs on another
+        thread)."""
+        return self.f.write(memoryview(data))
 
     def write_lines(self, lines: list) -> None:
         """Each of ``lines`` (buffers: slices of Arrow string data) followed by a newline, written in place with
