@@ -390,26 +390,20 @@ def _grouped(con, spec, out: Path, spill: Path, format, query, expr, exact, para
     done = 0
     out.mkdir(parents=True, exist_ok=True)
     with _sql_errors(spec, expr), _pool(con, workers), _no_metadata_cache(con):
-        schemas = set()
-        for schema, n in _in_order(_cursors(con, spill, params), run, len(found), workers,
-                                   ahead=len(found)):
-            schemas.add(schema)
+        for batch_schema, n in _in_order(_cursors(con, spill, params), run, len(found), workers, ahead=len(found)):
+            schema = batch_schema  # every batch's: the kind's (records.finish)
             done += n
             if progress:
                 progress(done, max(done, total))
-        schema = schemas.pop()  # one schema: the kind's (records.finish)
         try:
             if format == "jsonl":
                 stats = groups.write_jsonl(paths, out, n_shards)
             else:
-                stats = write_shards(groups.prefetched(groups.merged(paths, schema)), out, n_shards, format, None,
-                                     schema=schema)
+                stats = write_shards(groups.merged(paths, schema), out, n_shards, format, None, schema=schema)
         except BaseException:
             for tmp in out.glob(".tmp-*"):
                 tmp.unlink()
             raise
-    for name in blocks:
-        con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
     columns = [n for n in schema.names if not n.startswith("__")]
     return stats.rows + stats.duplicates, n_shards, columns, stats
 

@@ -10,8 +10,9 @@ gives for the batch's episodes, since every base view is a function of one episo
 v4 export's ~150 CPU seconds: its Parquet writes alone 22).
 
 The batches' rows then are not ranges of the writer's order (a record kind's rows go by shard, then
-``sample_id``, an md5): each batch's sorted rows go to an Arrow IPC run file (:func:`write_run`), and
-:func:`merged` reads the runs back merged in that order, holding one small chunk of each run. Same rows, same
+``sample_id``, an md5): each batch's sorted rows go to a run file (:func:`write_run`), and the runs are read back
+merged in that order, holding one small chunk of each run (:func:`write_jsonl` for JSONL, which moves each line's
+bytes alone; :func:`merged`, whole Arrow rows, for Parquet). Same rows, same
 order as the copy's batches: the output is byte-identical (tests hold that).
 
 A warehouse whose groups are too large for a batch (compacted into one file per table, say) has no usable groups
@@ -24,7 +25,7 @@ import heapq
 import os
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -174,7 +175,7 @@ def _keyed(i: int, path: Path) -> Iterator[tuple]:
 def write_jsonl(runs: list[Path], out: Path, n_shards: int) -> WriteStats:
     """The JSONL runs (:func:`write_run`) merged in the writer's order into the ``n_shards`` shard files (temporary
     names, as :func:`writer.write_shards`): each line copied from its run's text into a reused buffer, which is
-    hashed and written a few MB at a time, on a thread of its own (the hash is ~1 GB/s: 4.65 GB at 100,000
+    hashed and written a few MB at a time, on two threads of their own (the hash is ~1 GB/s: 4.65 GB at 100,000
     runner episodes). The Arrow merge of whole rows copied every line into fresh memory twice (~17 s there)."""
     stats = WriteStats(shards=[ShardStats(shard_name(i, n_shards, "jsonl")) for i in range(n_shards)])
     texts = [os.open(f"{p}.lines", os.O_RDONLY) for p in runs]
@@ -264,7 +265,10 @@ class _Flusher:
         if self.used + length + 1 > self.SIZE:
             self._hand_over()
         if length + 1 > self.SIZE:  # a line longer than a buffer: a buffer of its own
-            self.to_hash.put((self.file, os.pread(fd, length, offset) + b"\n", length + 1))
+            line = os.pread(fd, length, offset)
+            if len(line) != length:
+                raise OSError(f"a run file ended early ({len(line)} of {length} bytes at {offset}); export again")
+            self.to_hash.put((self.file, line + b"\n", length + 1))
             return
         got = os.preadv(fd, [memoryview(self.buf)[self.used:self.used + length]], offset)
         if got != length:
@@ -309,45 +313,3 @@ def merged(runs: list[Path], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
             out = []
     if out:
         yield from pa.Table.from_batches(out, schema).combine_chunks().to_batches()
-
-
-def prefetched(items: Iterable, ahead: int = 4) -> Iterator:
-    """``items`` produced on a thread of their own, at most ``ahead`` ahead of the consumer: the merge (Python)
-    runs while the writer hashes and writes (C, without the GIL); before, one thread did both, ~20 s at the end of
-    a 100,000-episode export. Its errors are raised to the consumer; closing the generator stops the thread."""
-    q: queue.Queue = queue.Queue(ahead)
-    stop = threading.Event()
-    end = object()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        q.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put((end, None))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            q.put((end, exc))
-
-    thread = threading.Thread(target=produce, name="export-merge", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item, exc = q.get()
-            if item is end:
-                if exc is not None:
-                    raise exc
-                return
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a producer waiting on a full queue
-            try:
-                q.get(timeout=0.1)
-            except queue.Empty:
-                pass
