@@ -1,0 +1,30 @@
+"""Shared by the journey tests (tests/test_journey_*.py): the installed CLI in a subprocess.
+
+A journey drives ``shopsim-wh`` as a user does, on input the code under test did not write (third-party files in
+tests/fixtures, ShopSimRL run directories written as raw JSON lines), through every command the flow crosses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+_EXE = shutil.which("shopsim-wh", path=str(Path(sys.executable).parent)) or shutil.which("shopsim-wh")
+CLI = [_EXE] if _EXE else [sys.executable, "-m", "shopsim_wh.cli.main"]
+
+
+def shopsim(*args: str | Path, cwd: Path | None = None, env: dict | None = None,
+            timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run the installed ``shopsim-wh`` with ``args``; never raises on a non-zero exit (tests assert the code)."""
+    full_env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=full_env)
+
+
+def ok(res: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """``res`` when it exited 0, else an assertion error that shows what it printed."""
+    assert res.returncode == 0, f"exit {res.returncode}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+    return res
