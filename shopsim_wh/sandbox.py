@@ -103,22 +103,45 @@ def check_query(sql: str) -> str:
                            "(run them one at a time)")
     kind, text = statements[0]
     if kind == "EXPLAIN":
-        kind = _explained(text)
+        kind, text = _explained(text)
     if kind != "SELECT":
         what = _KIND.get(kind, kind)
         raise QueryRefused(f"{what} is not allowed: the SQL shell is read-only and reads only the warehouse; it "
                            f"runs {ALLOWED}. To save a result use --out FILE (--format csv, json or parquet)")
+    _no_data_change(_serialized(text), "the query")
     return sql
 
 
-def _explained(text: str) -> str:
-    """The type of the statement an EXPLAIN [ANALYZE] wraps (EXPLAIN ANALYZE executes it)."""
+def _explained(text: str) -> tuple[str, str]:
+    """The type and text of the statement an EXPLAIN [ANALYZE] wraps (EXPLAIN ANALYZE executes it)."""
     toks = duckdb.tokenize(text)
     pos = [p for p, _ in toks] + [len(text)]
     words = [text[pos[i]:pos[i + 1]].strip().upper() for i in range(len(toks))]
     i = 1 + (len(words) > 1 and words[1] == "ANALYZE")
     inner = _types(text[pos[i]:]) if i < len(toks) else []
-    return inner[0][0] if len(inner) == 1 else "EXPLAIN"
+    return (inner[0][0], inner[0][1]) if len(inner) == 1 else ("EXPLAIN", text)
+
+
+_READ_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})
+
+
+def _no_data_change(tree: dict, what: str, instead: str = f"the SQL shell runs {ALLOWED}") -> None:
+    """Refuse a statement whose parse tree holds anything but query nodes: a SELECT whose CTE or subquery is an
+    INSERT / UPDATE / DELETE ... RETURNING passes the statement-type check (DuckDB calls it a SELECT)."""
+    if tree.get("error"):
+        raise QueryRefused(f"{what} could not be checked ({tree.get('error_message')}); {instead}")
+    stack: list = [tree.get("statements") or []]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if isinstance(kind, str) and kind.endswith("_NODE") and kind not in _READ_NODES:
+                verb = kind.removesuffix("_QUERY_NODE").removesuffix("_NODE").replace("_", " ")
+                raise QueryRefused(f"{what} holds a data-changing {verb} (in a WITH clause or a subquery), and "
+                                   f"the warehouse is read-only here; {instead}")
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def _refuse_errors(exc: duckdb.Error, root: str | None) -> QueryRefused | None:
@@ -213,13 +236,19 @@ _PARSER: list[duckdb.DuckDBPyConnection] = []  # one in-memory connection for pa
 _PARSER_LOCK = threading.Lock()
 
 
-def _one_expression(expr: str, what: str, example: str) -> None:
-    with _PARSER_LOCK:  # parsing only: json_serialize_sql binds nothing and reads nothing
+def _serialized(sql: str) -> dict:
+    """DuckDB's own parse tree of ``sql`` (``json_serialize_sql``: parses, binds nothing, reads nothing)."""
+    with _PARSER_LOCK:
         if not _PARSER:
             _PARSER.append(_locked_down(duckdb.connect(), Path(tempfile.gettempdir()) / f"{_SPILL_PREFIX}parser"))
-        tree = json.loads(_PARSER[0].execute("SELECT json_serialize_sql(?)", [f"SELECT ({expr})"]).fetchone()[0])
+        return json.loads(_PARSER[0].execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
+
+
+def _one_expression(expr: str, what: str, example: str) -> None:
+    tree = _serialized(f"SELECT ({expr})")
     if tree.get("error"):
         raise QueryRefused(f"{what} is not a SQL expression: {tree.get('error_message')}; {example}")
+    _no_data_change(tree, what, f"give one SQL expression that reads, {example}")
     nodes = tree.get("statements") or []
     node = nodes[0].get("node", {}) if len(nodes) == 1 else {}
     ok = (node.get("type") == "SELECT_NODE" and len(node.get("select_list") or []) == 1

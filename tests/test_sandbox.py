@@ -82,6 +82,11 @@ def _refused(con, sql: str) -> str:
     ("insert into stg_runs select * from stg_runs", "INSERT"),
     ("update stg_runs set experiment = 'x'", "UPDATE"),
     ("delete from stg_runs", "DELETE"),
+    ("with x as (update stg_runs set experiment = 'x' returning *) select * from x", "data-changing UPDATE"),
+    ("with x as (delete from stg_runs returning *) select count(*) from x", "data-changing DELETE"),
+    ("with x as (insert into stg_runs select * from stg_runs returning *) select 1", "data-changing INSERT"),
+    ("describe with x as (delete from stg_runs returning *) select * from x", "data-changing DELETE"),
+    ("explain analyze with x as (delete from stg_runs returning *) select * from x", "data-changing DELETE"),
     ("drop view episodes", "DROP"),
     ("alter view episodes rename to e2", "ALTER"),
     ("set enable_external_access = true", "SET"),
@@ -178,6 +183,7 @@ def test_select_like_statements_run(con):
     "1) AS x0 FROM episodes --", "1) FROM t WHERE (1", "a) OR (b", "1), (2", "a -- rest of the query",
     "a /* open", "a; drop view episodes", "a AS alias", "1 FROM episodes", "(select 1) UNION (select 2",
     "1 ORDER BY 1", "1 LIMIT 1", "", "   ", "a\x00", "x = ')'", ")", "(",
+    "(select count(*) from (with x as (delete from stg_runs returning *) select * from x)) > 0",
 ])
 def test_check_expression_refuses(expr):
     if expr == "x = ')'":  # a parenthesis inside a string is text: accepted
