@@ -21,6 +21,7 @@
     ├── ServerUnreachable             a configured server could not be reached (the CLI exits 3)
     ├── IngestError                   a whole input could not be read (record-level problems become rows)
     ├── QueryRefused                  SQL the sandbox does not run (shopsim_wh.sandbox: not one SELECT, files outside)
+    ├── QueryLimitExceeded            a user query ran past its time limit or memory cap (shopsim_wh.sandbox.Limits)
     └── GateError                     (shopsim_wh.analytics.gate) the paired gate cannot produce a result
         ├── GateRefused               the runs must not be paired (fingerprints differ beyond skills, no checkpoint id)
         └── GateDataError             the pairs cannot be fitted (no pairs, empty/collinear covariates, equal deltas)
@@ -125,3 +126,7 @@ class IngestError(ShopsimError):
 
 class QueryRefused(ShopsimError):
     """Untrusted SQL the sandbox does not run; the message says what is allowed."""
+
+
+class QueryLimitExceeded(ShopsimError):
+    """A user query was stopped at its time limit or memory cap; the message names the limit and how to raise it."""

@@ -16,6 +16,11 @@ Two layers, both always on:
   splicing.
 
 Both raise :class:`shopsim_wh.errors.QueryRefused` with what is allowed instead.
+
+Every user query also runs under :class:`Limits`: a memory cap set on the connection before it is locked
+(DuckDB spills sorts, joins and aggregates past it to the private temp directory and fails the rest), and a
+time limit (:func:`limited`) that interrupts the query. Either ends in :class:`shopsim_wh.errors.QueryLimitExceeded`
+naming the limit and how to raise it.
 """
 
 from __future__ import annotations
@@ -25,13 +30,52 @@ import os
 import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from .db import connect as open_views
-from .errors import QueryRefused
+from .errors import ConfigError, QueryLimitExceeded, QueryRefused
+
+TIMEOUT_ENV = "SHOPSIM_WH_QUERY_TIMEOUT"
+MEMORY_ENV = "SHOPSIM_WH_QUERY_MEMORY"
+DEFAULT_TIMEOUT_S = 120.0
+_GB = 1 << 30
+
+
+def default_memory_limit() -> str:
+    """The smaller of 4 GB and a quarter of this machine's RAM (DuckDB's own default is 80%)."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = 16 * _GB
+    return f"{max(256, min(4 * _GB, ram // 4) >> 20)}MB"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one user query may spend: ``timeout_s`` seconds (None or 0: no limit) and ``memory`` (a DuckDB size
+    such as ``4GB``). :meth:`resolve` fills what the caller left unset from the environment, then the defaults."""
+
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
+    memory: str | None = None
+
+    @classmethod
+    def resolve(cls, timeout_s: float | None = None, memory: str | None = None) -> Limits:
+        if timeout_s is None:
+            env = os.environ.get(TIMEOUT_ENV, "").strip()
+            try:
+                timeout_s = float(env) if env else DEFAULT_TIMEOUT_S
+            except ValueError:
+                raise ConfigError(f"{TIMEOUT_ENV}={env!r} is not a number of seconds; unset it or give e.g. 300") from None
+        if timeout_s < 0:
+            raise ConfigError(f"the query timeout must be 0 (no limit) or a number of seconds, not {timeout_s}")
+        memory = memory or os.environ.get(MEMORY_ENV, "").strip() or default_memory_limit()
+        return cls(timeout_s or None, memory)
 
 ALLOWED = ("one SELECT statement (SELECT, WITH ... SELECT, FROM ..., VALUES, DESCRIBE, SHOW, SUMMARIZE, "
            "or EXPLAIN of one) over the warehouse views; list them with `shopsim-wh tables`")
@@ -50,7 +94,14 @@ _SPILL_PREFIX = "shopsim-wh-sandbox-"
 _CLAUSES = ("where_clause", "having", "qualify", "sample")  # must be empty around a checked expression
 
 
-def _locked_down(con: duckdb.DuckDBPyConnection, root: Path | str) -> duckdb.DuckDBPyConnection:
+def _locked_down(con: duckdb.DuckDBPyConnection, root: Path | str, memory: str | None = None
+                 ) -> duckdb.DuckDBPyConnection:
+    if memory:
+        try:
+            con.execute(f"SET memory_limit = '{_quote(memory)}'")
+        except duckdb.Error as exc:
+            raise QueryRefused(f"memory limit {memory!r} is not a size DuckDB reads ({str(exc).splitlines()[0]}); "
+                               "give e.g. 2GB or 512MB") from None
     # the directory DuckDB spills to is always allowed; make it a private one that does not exist yet
     # (DuckDB creates it on first spill and removes it on close), not ./.tmp in the working directory
     spill = Path(tempfile.gettempdir()) / f"{_SPILL_PREFIX}{uuid.uuid4().hex}"
@@ -69,19 +120,55 @@ def _quote(text: str) -> str:
     return text.replace("'", "''")
 
 
-def connect(root: str | os.PathLike, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """A connection for untrusted SQL: every view of :func:`shopsim_wh.db.connect`, then locked down.
+def connect(root: str | os.PathLike, threads: int | None = None, limits: Limits | None = None
+            ) -> duckdb.DuckDBPyConnection:
+    """A connection for untrusted SQL: every view of :func:`shopsim_wh.db.connect`, then locked down, with the
+    memory cap of ``limits`` (default :meth:`Limits.resolve`: environment, then the defaults).
 
     The library's own SQL (temp tables of the gate, ...) still runs on it; what a *user* sends goes through
     :func:`execute` (a whole query) or :func:`check_expression` (a filter spliced into a query).
     """
     from .storage import is_url
 
+    memory = (limits or Limits.resolve()).memory
     if is_url(str(root)):
         url = str(root).rstrip("/")
-        return _locked_down(open_views(url, threads=threads), url)
+        return _locked_down(open_views(url, threads=threads), url, memory)
     real = Path(root).resolve()  # the views read resolved paths (db.staging_sql), so allow the resolved root
-    return _locked_down(open_views(real, threads=threads), real)
+    return _locked_down(open_views(real, threads=threads), real, memory)
+
+
+@contextmanager
+def limited(con: duckdb.DuckDBPyConnection, limits: Limits | None = None, what: str = "the query") -> Iterator[None]:
+    """Run the block (a query and the fetch of its result) under ``limits``: past ``timeout_s`` the query is
+    interrupted; an interruption or DuckDB running out of its memory cap raises
+    :class:`shopsim_wh.errors.QueryLimitExceeded` saying which limit and how to raise it."""
+    limits = limits or Limits.resolve()
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        con.interrupt()
+
+    timer = threading.Timer(limits.timeout_s, stop) if limits.timeout_s else None
+    if timer:
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    except duckdb.InterruptException:
+        if not fired.is_set():
+            raise
+        raise QueryLimitExceeded(
+            f"{what} was stopped after its time limit of {limits.timeout_s:g} s; narrow it (a WHERE on run_id, "
+            f"a LIMIT), or raise the limit with --timeout SECONDS or {TIMEOUT_ENV} (0: none)") from None
+    except duckdb.OutOfMemoryException as exc:
+        raise QueryLimitExceeded(
+            f"{what} needed more than its memory cap of {limits.memory} ({str(exc).splitlines()[0]}); narrow "
+            f"it, or raise the cap with --memory-limit SIZE or {MEMORY_ENV}") from None
+    finally:
+        if timer:
+            timer.cancel()
 
 
 def _types(sql: str) -> list[tuple[str, str]]:

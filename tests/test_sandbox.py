@@ -318,3 +318,38 @@ def test_out_still_writes_where_the_user_asked(root, tmp_path):
     out = _run("sql", "select 1", "-w", str(root), "--out", str(tmp_path / "missing" / "x.csv"))
     assert out.exit_code == 2 and "writable directory" in " ".join(out.output.replace("│", " ").split())
     assert os.listdir(tmp_path) == [target.name]
+
+
+# --------------------------------------------------------------------------------------------- limits
+
+
+def test_a_runaway_query_stops_at_its_time_limit_with_exit_2(root):
+    # a recursive CTE without end: interrupted by the timer, not killed from outside
+    out = subprocess.run([*CLI, "sql", "-w", str(root), "--timeout", "1",
+                          "with recursive r(n) as (select 1 union all select n + 1 from r) select count(*) from r"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "time limit of 1 s" in out.stderr and "--timeout" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_memory_cap_fails_a_query_that_cannot_spill_and_is_set_from_the_environment(root):
+    huge = "select string_agg(repeat('x', 1000000), ',') from range(3000)"  # one 3 GB string: nothing to spill
+    out = _run("sql", "-w", str(root), "--memory-limit", "300MB", huge)
+    assert "memory cap of 300MB" in str(out.exception) and "--memory-limit" in str(out.exception)
+    env = {**os.environ, sandbox.MEMORY_ENV: "333MB"}
+    res = subprocess.run([*CLI, "sql", "-w", str(root), "-f", "csv", "select current_setting('memory_limit') m"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0 and "317.5 MiB" in res.stdout  # 333 MB as DuckDB prints it (MiB)
+
+
+def test_limits_resolve_from_arguments_then_environment_then_defaults(monkeypatch):
+    monkeypatch.delenv(sandbox.TIMEOUT_ENV, raising=False)
+    monkeypatch.delenv(sandbox.MEMORY_ENV, raising=False)
+    assert sandbox.Limits.resolve() == sandbox.Limits(sandbox.DEFAULT_TIMEOUT_S, sandbox.default_memory_limit())
+    monkeypatch.setenv(sandbox.TIMEOUT_ENV, "7")
+    assert sandbox.Limits.resolve().timeout_s == 7 and sandbox.Limits.resolve(timeout_s=0).timeout_s is None
+    monkeypatch.setenv(sandbox.TIMEOUT_ENV, "soon")
+    with pytest.raises(Exception, match="not a number of seconds"):
+        sandbox.Limits.resolve()
+    mb = int(sandbox.default_memory_limit().removesuffix("MB"))
+    assert 256 <= mb <= 4096

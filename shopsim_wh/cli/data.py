@@ -12,6 +12,12 @@ import typer
 from .options import OutputOpt, WarehouseOpt, check_output, emit_json
 from .spark import EngineOpt, check_engine
 
+TimeoutOpt = Annotated[float | None, typer.Option(
+    "--timeout", help="Stop the query after this many seconds (0: no limit); default 120, or $SHOPSIM_WH_QUERY_TIMEOUT.")]
+MemoryOpt = Annotated[str | None, typer.Option(
+    "--memory-limit", help="DuckDB memory cap for the query, e.g. 2GB (it spills to disk first); default the smaller "
+    "of 4GB and a quarter of RAM, or $SHOPSIM_WH_QUERY_MEMORY.")]
+
 
 def _root(warehouse: str | None) -> Path:
     from ..warehouse import Warehouse, default_root
@@ -62,9 +68,14 @@ def sql(
     param: Annotated[list[str], typer.Option("--param", "-p", help="Bind a named parameter: -p name=value, used as $name.")] = [],  # noqa: B006
     file: Annotated[Path | None, typer.Option("--file", help="Read the query from this file.")] = None,
     engine: EngineOpt = "duckdb",
+    timeout: TimeoutOpt = None,
+    memory_limit: MemoryOpt = None,
 ) -> None:
-    """Run one read-only SELECT over the warehouse views (it can read nothing else); -p values are bound, never pasted."""
-    from ..sandbox import check_query
+    """Run one read-only SELECT over the warehouse views (it can read nothing else); -p values are bound, never pasted.
+
+    The query stops at its time limit (default 120 s) and memory cap (default the smaller of 4 GB and a quarter
+    of RAM; DuckDB spills to disk before it fails), with exit code 2 and a message saying which limit it hit."""
+    from ..sandbox import Limits, check_query, limited
     from ..sandbox import connect as sandboxed
     from ..summary import absent_runs_note, render, run_query
 
@@ -94,7 +105,8 @@ def sql(
         else:
             typer.echo(rendered)
         return
-    con = sandboxed(_root(warehouse))
+    limits = Limits.resolve(timeout, memory_limit)
+    con = sandboxed(_root(warehouse), limits=limits)
     if note := absent_runs_note(con, text):  # e.g. a cookbook query on a warehouse without its runs
         typer.secho(note, fg="yellow", err=True)
     if fmt == "parquet":
@@ -102,7 +114,8 @@ def sql(
 
         from ..sandbox import fetch_arrow as sandboxed_arrow
 
-        table = sandboxed_arrow(con, text, params)
+        with limited(con, limits):
+            table = sandboxed_arrow(con, text, params)
         try:
             pq.write_table(table, out, compression="zstd")
         except OSError as exc:
@@ -111,7 +124,9 @@ def sql(
         typer.echo(f"wrote {table.num_rows} rows to {out}")
         return
     width = None if out else shutil.get_terminal_size((120, 24)).columns
-    rendered = render(run_query(con, text, params), fmt, width=width)
+    with limited(con, limits):
+        result = run_query(con, text, params)
+    rendered = render(result, fmt, width=width)
     if out:
         _write(out, rendered + "\n")
         typer.echo(f"wrote {out}")
