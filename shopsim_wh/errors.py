@@ -22,6 +22,7 @@
     ├── IngestError                   a whole input could not be read (record-level problems become rows)
     ├── QueryRefused                  SQL the sandbox does not run (shopsim_wh.sandbox: not one SELECT, files outside)
     ├── QueryLimitExceeded            a user query ran past its time limit or memory cap (shopsim_wh.sandbox.Limits)
+    ├── QueryFailed                   the engine could not run a user query (a Spark SQL error): its first line
     └── GateError                     (shopsim_wh.analytics.gate) the paired gate cannot produce a result
         ├── GateRefused               the runs must not be paired (fingerprints differ beyond skills, no checkpoint id)
         └── GateDataError             the pairs cannot be fitted (no pairs, empty/collinear covariates, equal deltas)
@@ -126,6 +127,10 @@ class IngestError(ShopsimError):
 
 class QueryRefused(ShopsimError):
     """Untrusted SQL the sandbox does not run; the message says what is allowed."""
+
+
+class QueryFailed(ShopsimError):
+    """The engine could not run a user query (Spark's analyser or runtime); the message is the engine's first line."""
 
 
 class QueryLimitExceeded(ShopsimError):

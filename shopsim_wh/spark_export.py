@@ -95,7 +95,7 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
     import duckdb
     import pyarrow as pa
 
-    from . import __version__
+    from . import __version__, spark_guard
     from .export import batches
     from .export.core import FORMATS, ExportResult, _manifest, blocks_of, shard_spill
     from .export.scope import select_runs, where_clause
@@ -138,6 +138,7 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
     if spec.view not in reg.views:
         raise ExportError(f"kind {spec.name} does not run on Spark: {reg.skipped.get(spec.view, 'not translated')}")
     query = tr.query(f"SELECT * FROM {spec.view}" + (f" WHERE ({expr})" if expr else ""))
+    spark_guard.check(query, spark_guard.temp_views(spark))  # --where: no reflect(), no files
     try:
         table = spark.sql(query).toArrow()
     except Exception as exc:  # noqa: BLE001 - Spark's analyser names the problem

@@ -22,6 +22,7 @@ from shopsim_wh.analytics.synth import default_runs, generate
 from shopsim_wh.db import view_names
 from shopsim_wh.errors import QueryRefused
 from shopsim_wh.summary import QueryResult, render
+from shopsim_wh.testing import hostile_sql
 
 CLI = [sys.executable, "-m", "shopsim_wh.cli.main"]
 BARE, SKILL = "synth-ckpt-a-bare", "synth-ckpt-a-skill"
@@ -69,70 +70,7 @@ def _refused(con, sql: str) -> str:
     return str(info.value)
 
 
-@pytest.mark.parametrize(("sql", "says"), [
-    ("copy (select 1) to '{o}/out.csv'", "COPY"),
-    ("copy (select 1) to '{root}/inside.csv'", "COPY"),  # even inside the warehouse: read-only
-    ("attach '{o}/elsewhere.duckdb' as y", "ATTACH"),
-    ("attach ':memory:' as y", "ATTACH"),
-    ("detach memory", "DETACH"),
-    ("create table z as select 1", "CREATE"),
-    ("create or replace view episodes as select 1", "CREATE"),
-    ("create macro m(x) as x", "CREATE"),
-    ("create secret s (type s3, key_id 'k', secret 's')", "CREATE"),
-    ("insert into stg_runs select * from stg_runs", "INSERT"),
-    ("update stg_runs set experiment = 'x'", "UPDATE"),
-    ("delete from stg_runs", "DELETE"),
-    ("with x as (update stg_runs set experiment = 'x' returning *) select * from x", "data-changing UPDATE"),
-    ("with x as (delete from stg_runs returning *) select count(*) from x", "data-changing DELETE"),
-    ("with x as (insert into stg_runs select * from stg_runs returning *) select 1", "data-changing INSERT"),
-    ("describe with x as (delete from stg_runs returning *) select * from x", "data-changing DELETE"),
-    ("explain analyze with x as (delete from stg_runs returning *) select * from x", "data-changing DELETE"),
-    ("drop view episodes", "DROP"),
-    ("alter view episodes rename to e2", "ALTER"),
-    ("set enable_external_access = true", "SET"),
-    ("reset lock_configuration", "SET"),
-    ("set allowed_directories = ['/']", "SET"),
-    ("set variable v = 1", "SET"),
-    ("use memory", "SET"),
-    ("pragma version", "PRAGMA"),
-    ("pragma enable_profiling", "PRAGMA"),
-    ("import database '{o}'", "PRAGMA"),
-    ("export database '{o}/exp'", "EXPORT DATABASE"),
-    ("call pragma_version()", "CALL"),
-    ("checkpoint", "CALL"),
-    ("install httpfs", "INSTALL"),
-    ("load httpfs", "INSTALL"),
-    ("begin", "BEGIN"),
-    ("vacuum", "VACUUM"),
-    ("prepare p as select 1", "PREPARE"),
-    ("update extensions", "not a query"),
-    ("explain analyze copy (select 1) to '{o}/x.csv'", "COPY"),
-    ("select 1; select 2", "2 statements"),
-    ("select 1; copy (select 1) to '{o}/x.csv'", "2 statements"),
-    ("select ';' as a; attach ':memory:' as y", "2 statements"),
-    ("select 1 /* ; */ ; drop view episodes -- ;", "2 statements"),
-    ("pivot episodes on status", "PIVOT"),
-    ("  ", "empty"),
-    ("-- only a comment", "no statement"),
-    ("select * from read_csv('/etc/passwd') limit 2", "reads only the warehouse"),
-    ("select * from read_csv('{o}/data.csv')", "reads only the warehouse"),
-    ("select * from read_text('{o}/secret.txt')", "reads only the warehouse"),
-    ("select * from read_blob('{o}/secret.txt')", "reads only the warehouse"),
-    ("select * from read_json('{o}/data.json')", "reads only the warehouse"),
-    ("select * from read_parquet('{o}/*.parquet')", "reads only the warehouse"),
-    ("select * from glob('{o}/*')", "reads only the warehouse"),
-    ("select * from glob('/*')", "reads only the warehouse"),
-    ("select * from sniff_csv('{o}/data.csv')", "reads only the warehouse"),
-    ("select * from read_text('{root}/../' || 'outside/secret.txt')", "reads only the warehouse"),
-    ("select * from read_text('{root}/../{oname}/secret.txt')", "reads only the warehouse"),
-    ("select * from read_text('{root}' || '-sibling/x')", "reads only the warehouse"),
-    ("select * from read_text('file://{o}/secret.txt')", "reads only the warehouse"),
-    ("select * from read_text('/proc/self/environ')", "reads only the warehouse"),
-    ("select * from read_csv('https://example.invalid/x.csv')", "reads only the warehouse"),
-    ("select * from duckdb_secrets()", "reads only the warehouse"),
-    ("select * from enable_logging(storage = 'file', storage_path = '{root}/log')", "settings are fixed"),
-    ("select * from query('select * from read_text(''{o}/secret.txt'')')", "reads only the warehouse"),
-])
+@pytest.mark.parametrize(("sql", "says"), hostile_sql.DUCKDB)
 def test_refused_with_a_clear_message(con, root, outside, sql, says):
     text = _refused(con, sql.format(o=outside, root=root.resolve(), oname=outside.name))
     assert says in text

@@ -345,3 +345,30 @@ def test_docs_list_exactly_the_unsupported_views():
     listed = set(re.findall(r"^\| `([\w-]+)` \|", table, re.M))
     assert listed == set(UNSUPPORTED) | set(UNSUPPORTED_KINDS)
     assert set(re.findall(r"^\| `([\w-]+)` \|", not_equal, re.M)) == set(NOT_EQUAL)
+
+
+def test_hostile_sql_never_runs_on_spark(spark, spark_wh, tmp_path, monkeypatch):
+    """The guard on the real path: `sql --engine spark` and `export --engine spark --where` refuse what would read
+    the environment or files through Spark; a Spark SQL error and a runaway query end as the CLI's own errors."""
+    from typer.testing import CliRunner
+
+    from shopsim_wh import spark_guard
+    from shopsim_wh.cli.main import app
+    from shopsim_wh.errors import QueryFailed, QueryLimitExceeded, QueryRefused
+    from shopsim_wh.spark_export import export_spark
+
+    monkeypatch.setenv("SHOPSIM_CANARY", "canary-in-the-environment")
+    for q in ("select reflect('java.lang.System', 'getenv', 'SHOPSIM_CANARY') as v",
+              "select * from text.`/etc/passwd`", "select * from read_text('/etc/passwd')"):
+        res = CliRunner().invoke(app, ["sql", q, "-w", str(spark_wh), "--engine", "spark", "-f", "json"])
+        assert res.exit_code != 0 and "canary-in-the-environment" not in res.output and "root:" not in res.output
+    with pytest.raises(QueryRefused, match="reflect"):
+        export_spark("sft-trajectory", spark_wh, tmp_path / "out", spark=_fresh(spark),
+                     where="reflect('java.lang.System', 'getenv', 'SHOPSIM_CANARY') = 'canary-in-the-environment'")
+    assert not (tmp_path / "out").exists()
+    s = _fresh(spark)
+    with pytest.raises(QueryFailed, match="Spark could not run the query"):
+        spark_guard.run_guarded(s, "select no_such_column from range(1)")
+    with pytest.raises(QueryLimitExceeded, match="time limit of 1 s"):
+        spark_guard.run_guarded(s, "select count(*) from range(100000000) a cross join range(100000000) b",
+                                timeout_s=1)

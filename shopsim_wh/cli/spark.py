@@ -40,12 +40,13 @@ def spark_views(
 def run_sql_spark(root, text: str, params: dict):
     """One query on Spark over the translated views: (columns, rows)."""
     from ..spark import register, session, translator
+    from ..spark_guard import bind_on_duckdb, check, run_guarded, temp_views
 
+    bind_on_duckdb(root, text, params)  # DuckDB's sandbox first: its functions, the warehouse's views only
     query = translator().query(text)
     spark = session()
     register(spark, root, exports=False, only=query)  # the views the query reads, not every view
-    df = spark.sql(query, args=params or None)
-    return df.columns, [tuple(r) for r in df.collect()]
+    return run_guarded(spark, check(query, temp_views(spark)), params)
 
 
 def register(app: typer.Typer) -> None:
