@@ -167,8 +167,9 @@ def limited(con: duckdb.DuckDBPyConnection, limits: Limits | None = None, what: 
             f"{what} needed more than its memory cap of {limits.memory} ({str(exc).splitlines()[0]}); narrow "
             f"it, or raise the cap with --memory-limit SIZE or {MEMORY_ENV}") from None
     finally:
-        if timer:
+        if timer:  # joined: a timer thread still alive at exit aborts the process ("exception not rethrown")
             timer.cancel()
+            timer.join()
 
 
 def _types(sql: str) -> list[tuple[str, str]]:

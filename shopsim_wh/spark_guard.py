@@ -135,5 +135,6 @@ def run_guarded(spark, query: str, params: dict | None = None, timeout_s: float 
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise QueryFailed(f"Spark could not run the query: {first}") from None
     finally:
-        if timer:
+        if timer:  # joined: a timer thread still alive at exit aborts the process ("exception not rethrown")
             timer.cancel()
+            timer.join()

@@ -291,3 +291,14 @@ def test_limits_resolve_from_arguments_then_environment_then_defaults(monkeypatc
         sandbox.Limits.resolve()
     mb = int(sandbox.default_memory_limit().removesuffix("MB"))
     assert 256 <= mb <= 4096
+
+
+def test_the_time_limit_leaves_no_thread_behind(con):
+    """A timer thread still alive when the CLI exits aborted the process ('terminate called ... exception not
+    rethrown', exit 134, in about one run of four): limited() joins its timer before it returns."""
+    import threading
+
+    before = set(threading.enumerate())
+    with sandbox.limited(con, sandbox.Limits(timeout_s=60, memory="1GB")):
+        sandbox.execute(con, "SELECT count(*) FROM episodes").fetchall()
+    assert set(threading.enumerate()) <= before
