@@ -31,7 +31,7 @@ from statistics import fmean
 import numpy as np
 
 from ..errors import ShopsimError
-from .gate import GateRefused, check_pairable
+from .gate import Alignment, GateRefused, alignment
 from .stats import percentile_linear
 
 SCHEMA_VERSION = "shopsimrl-paired-run-comparison-v1"
@@ -175,9 +175,9 @@ def _skill_ids(rec: dict) -> list:
     return ids if isinstance(ids, list) else []
 
 
-def _align(con, bare: str, equipped: str) -> tuple[list, dict, dict, list]:
+def _align(con, bare: str, equipped: str, assume_aligned: bool = False) -> tuple[list, dict, dict, list, Alignment]:
     try:
-        bare_row, _ = check_pairable(con, bare, equipped, allow_missing_checkpoint=True)
+        _, _, aligned = alignment(con, bare, equipped, allow_missing_checkpoint=True, assume_aligned=assume_aligned)
     except GateRefused as exc:
         raise ComparisonError(str(exc).replace("treatment", "equipped")) from exc
     n_skills = con.execute("SELECT count(*) FROM skills_selected WHERE run_id = ?", [equipped]).fetchone()[0]
@@ -204,8 +204,23 @@ def _align(con, bare: str, equipped: str) -> tuple[list, dict, dict, list]:
         elif ids != frozen:
             raise ComparisonError(f"equipped episode {k} got skills {ids}, not the frozen {frozen} of the first job; "
                                   "compare runs of one fixed skill bank (a masked run is for `shopsim-wh gate`)")
-    checked = sorted(k for k in json.loads(bare_row["fingerprint_fields"]) if not k.startswith("skill"))
-    return keys, b, e, frozen or [], checked
+    return keys, b, e, frozen or [], aligned
+
+
+def _alignment_block(al: Alignment, pairs: int, frozen: list) -> dict:
+    """ShopSimRL's comparison.json ``alignment``: ``plan`` (the identity checks; ``status`` ``assumed`` when the
+    caller waived them) and ``traces`` (the per-job checks, with the provenance the runs' records observed)."""
+    d = al.to_dict()
+    plan = {"status": al.status, "checked_fields": al.checked, "unchecked_fields": al.unchecked,
+            "vocabulary": al.vocabulary,
+            "identity_sources": {"bare": al.sources[0], "equipped": al.sources[1]},
+            "bare_plan_fingerprint": d["bare_plan_fingerprint"], "equipped_plan_fingerprint": d["treatment_plan_fingerprint"],
+            "notes": al.notes}
+    traces = {"status": "matched", "pairs": pairs,
+              "checked_fields": ["split", "task_id", "sample_id", "status", "skill_ids"], "equipped_chunk_ids": frozen}
+    if any(al.observed):
+        traces["bare"], traces["equipped"] = ({k: [v] for k, v in o.items()} for o in al.observed)
+    return {"plan": plan, "traces": traces, "assumed_aligned": al.assumed}
 
 
 def _absolute(con, run: str) -> dict:
@@ -220,11 +235,12 @@ def _absolute(con, run: str) -> dict:
 
 
 def compare(con_or_warehouse, bare: str, equipped: str, samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED,
-            confidence_level: float = 0.95, summation: str = "neumaier") -> dict:
+            confidence_level: float = 0.95, summation: str = "neumaier", assume_aligned: bool = False) -> dict:
     """Equipped minus bare over the paired jobs, in the shape of ShopSimRL's comparison.json.
 
     ``summation``: how a resample's differences are added, ``sequential`` (CPython <= 3.11 ``sum``, which the
-    published ShopSimRL comparisons match) or ``neumaier`` (CPython >= 3.12).
+    published ShopSimRL comparisons match) or ``neumaier`` (CPython >= 3.12). ``assume_aligned``: compare without
+    checking the runs' identities (``alignment.plan.status`` is then ``assumed``).
     """
     if samples < 1:
         raise ComparisonError(f"samples must be positive, not {samples}")
@@ -235,7 +251,7 @@ def compare(con_or_warehouse, bare: str, equipped: str, samples: int = DEFAULT_S
     from ..db import as_connection
 
     con = as_connection(con_or_warehouse)
-    keys, b, e, frozen, checked = _align(con, bare, equipped)
+    keys, b, e, frozen, aligned = _align(con, bare, equipped, assume_aligned)
     bm = {k: job_metrics(b[k]) for k in keys}
     em = {k: job_metrics(e[k]) for k in keys}
     names = sorted(set.intersection(*(set(bm[k]) & set(em[k]) for k in keys)))
@@ -257,12 +273,7 @@ def compare(con_or_warehouse, bare: str, equipped: str, samples: int = DEFAULT_S
         "schema_version": SCHEMA_VERSION,
         "created_at": datetime.now(UTC).isoformat(),
         "runs": {"bare": bare, "equipped": equipped},
-        "alignment": {
-            "plan": {"status": "matched", "checked_fields": checked},
-            "traces": {"status": "matched", "pairs": len(keys), "checked_fields": ["split", "task_id", "sample_id",
-                                                                                 "status", "skill_ids"],
-                       "equipped_chunk_ids": frozen},
-        },
+        "alignment": _alignment_block(aligned, len(keys), frozen),
         "absolute": {"bare": _absolute(con, bare), "equipped": _absolute(con, equipped)},
         "paired": {
             "pairs": len(keys),
@@ -291,4 +302,7 @@ def to_table(result: dict) -> str:
         lo, hi = r["confidence_interval"]
         lines.append(f"{m:<{width}} {r['bare_mean']:>14.6f} {r['equipped_mean']:>14.6f} {r['mean_difference']:>+14.6f}"
                      f"   [{lo:+.6f}, {hi:+.6f}]")
+    al = result.get("alignment", {}).get("plan", {})
+    lines.append(f"alignment {al.get('status', '-').upper()}: checked {', '.join(al.get('checked_fields') or []) or 'nothing'}")
+    lines += [f"note: {n}" for n in al.get("notes") or []]
     return "\n".join(lines)

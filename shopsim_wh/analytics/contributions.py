@@ -20,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from .gate import GateDataError, GateError, bare_score, check_pairable
+from .gate import GateDataError, GateError, alignment, bare_score
 from .stats import ZERO_TOLERANCE, RankDeficient, solve_exact
 
 ESTIMATOR = "paired_delta_ols_main_effects_no_intercept"
@@ -90,6 +90,7 @@ class ContributionResult:
     selected: list[str]
     bare_score: dict
     notes: list[str] = field(default_factory=list)
+    alignment: dict = field(default_factory=dict)  # gate.Alignment.to_dict()
 
     @property
     def decision(self) -> str:
@@ -110,7 +111,7 @@ class ContributionResult:
             "active_skill_budget": self.budget, "selected_count": len(self.selected),
             "selected_chunk_ids": self.selected, "estimates": self.estimates,
             "contributions": self.contributions, "bare_score": self.bare_score, "notes": self.notes,
-            "decision": self.decision,
+            "alignment": self.alignment, "decision": self.decision,
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -138,7 +139,7 @@ class ContributionResult:
 
 def contributions(con_or_warehouse, bare_run: str, treatment_run: str, budget: int = 10,
                   columns: list[str] | None = None, allow_missing_checkpoint: bool = False,
-                  summation: str = "neumaier") -> ContributionResult:
+                  summation: str = "neumaier", assume_aligned: bool = False) -> ContributionResult:
     """Fit every metric's coefficients and apply the strictly-positive-top-k rule.
 
     ``columns``: the mask columns in order (default: every skill the paired treatment episodes selected, sorted
@@ -152,7 +153,7 @@ def contributions(con_or_warehouse, bare_run: str, treatment_run: str, budget: i
     from ..db import as_connection
 
     con = as_connection(con_or_warehouse)
-    _, treat = check_pairable(con, bare_run, treatment_run, allow_missing_checkpoint)
+    _, treat, aligned = alignment(con, bare_run, treatment_run, allow_missing_checkpoint, assume_aligned)
     cur = con.execute("SELECT * FROM paired_deltas(?, ?) ORDER BY task_id, sample_id", [bare_run, treatment_run])
     names = [d[0] for d in cur.description]
     pairs = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
@@ -173,7 +174,7 @@ def contributions(con_or_warehouse, bare_run: str, treatment_run: str, budget: i
     if not columns:
         raise GateDataError(f"no mask columns: no paired episode of {treatment_run!r} selected a skill")
     masks = [[1 if c in p["skills"] else 0 for c in columns] for p in pairs]
-    notes = []
+    notes = list(aligned.notes)
     estimates: dict[str, dict] = {}
     for metric in (*COMPONENTS, "reward"):
         rk, bk = ("R_i", "B_i") if metric == "reward" else (f"R_{metric}", f"B_{metric}")
@@ -200,4 +201,4 @@ def contributions(con_or_warehouse, bare_run: str, treatment_run: str, budget: i
     planned = treat.get("planned_episodes") or con.execute(
         "SELECT count(*) FROM episodes WHERE run_id = ?", [treatment_run]).fetchone()[0]
     return ContributionResult(bare_run, treatment_run, columns, budget, len(pairs), int(planned), estimates, rows,
-                              [c for c in columns if c in keep], bare_score(con, bare_run), notes)
+                              [c for c in columns if c in keep], bare_score(con, bare_run), notes, aligned.to_dict())

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import duckdb
 import numpy as np
 
+from .. import run_identity as identity
 from ..errors import ShopsimError
 from ..sandbox import check_expression
 from .stats import t_two_sided_p
@@ -88,6 +89,7 @@ class GateResult:
     checkpoint_ids: tuple[str | None, str | None] = (None, None)
     notes: list[str] = field(default_factory=list)
     planned: int = 0  # the treatment run's planned episodes (the coverage denominator)
+    alignment: dict = field(default_factory=dict)  # Alignment.to_dict(): how the runs were found pairable
 
     @property
     def passed(self) -> bool:
@@ -97,6 +99,8 @@ class GateResult:
         """The issue's JSON shape: n_pairs, coverage, coefficients, decision (``full`` adds the context)."""
         out = {"n_pairs": self.n_pairs, "coverage": self.coverage,
                "coefficients": [c.to_dict() for c in self.coefficients], "decision": self.decision}
+        if self.alignment.get("assumed_aligned") or full:  # an override is never silent
+            out["alignment"] = self.alignment
         if full:
             out.update({"bare_run": self.bare_run, "treatment_run": self.treatment_run, "alpha": self.alpha,
                         "bootstrap": self.bootstrap, "seed": self.seed, "df": self.df,
@@ -151,25 +155,58 @@ def _run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     return dict(zip(cols, rows[0], strict=True))
 
 
-def _fingerprint(row: dict) -> dict:
+def _fields(row: dict) -> dict | None:
     text = row.get("fingerprint_fields")
     try:
         fields = json.loads(text) if text else None
     except ValueError:
         fields = None
-    if not isinstance(fields, dict):
-        raise GateRefused(f"run {row['run_id']!r} records no fingerprint_fields, so the gate cannot verify that "
-                          "both runs played the same jobs with the same model; re-run or re-ingest it")
-    return fields
+    return fields if isinstance(fields, dict) and fields else None
 
 
-def check_pairable(con: duckdb.DuckDBPyConnection, bare_run: str, treatment_run: str,
-                   allow_missing_checkpoint: bool = False) -> tuple[dict, dict]:
-    """Refuse runs that must not be paired; returns both runs rows."""
-    if bare_run == treatment_run:
-        raise GateRefused(f"bare and treatment are the same run ({bare_run!r})")
-    bare, treat = _run_row(con, bare_run), _run_row(con, treatment_run)
-    fb, ft = _fingerprint(bare), _fingerprint(treat)
+def _vocabulary(fields: dict | None) -> str | None:
+    if fields is None:
+        return None
+    return "shopsimrl" if fields.get("identity_source") in identity.SOURCES else "shopsim-wh"
+
+
+ASSUME_HINT = ("or pass --assume-aligned (assume_aligned=True) to pair the runs without this check; the output then "
+               "records that alignment was assumed, not verified")
+
+
+@dataclass
+class Alignment:
+    """How two runs were found pairable: the identity checks that ran (``checked``), those the runs' identities
+    could not support (``unchecked``, each with the reason in ``notes``) or that the caller waived (``assumed``)."""
+    vocabulary: str | None  # "shopsim-wh" (runner fields), "shopsimrl" (ShopSimRL's plan sections) or None
+    checked: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+    assumed: bool = False
+    notes: list[str] = field(default_factory=list)
+    sources: tuple[str | None, str | None] = (None, None)
+    plan_fingerprints: tuple[str | None, str | None] = (None, None)
+    observed: tuple[dict, dict] = ({}, {})
+
+    @property
+    def status(self) -> str:
+        return "assumed" if self.assumed else "matched"
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "assumed_aligned": self.assumed, "vocabulary": self.vocabulary,
+                "checked_fields": self.checked, "unchecked_fields": self.unchecked,
+                "identity_sources": {"bare": self.sources[0], "treatment": self.sources[1]},
+                "bare_plan_fingerprint": self.plan_fingerprints[0],
+                "treatment_plan_fingerprint": self.plan_fingerprints[1], "notes": self.notes}
+
+
+def _refuse_diff(bare_run: str, treatment_run: str, diff: dict, advice: str) -> None:
+    lines = "\n".join(f"  {k}: bare={a!r} treatment={b!r}" for k, (a, b) in diff.items())
+    raise GateRefused(f"runs {bare_run!r} and {treatment_run!r} differ in more than the skills, so their deltas would "
+                      f"not measure the skills:\n{lines}\n{advice}", diff)
+
+
+def _check_shopsim_wh(bare: dict, treat: dict, fb: dict, ft: dict, al: Alignment) -> None:
+    """Runner runs: every fingerprint field but the ``skill*`` ones must be equal."""
     diff: dict[str, tuple[object, object]] = {}
     for key in sorted(set(fb) | set(ft)):
         if not key.startswith(SKILL_FIELD_PREFIX) and fb.get(key) != ft.get(key):
@@ -178,22 +215,176 @@ def check_pairable(con: duckdb.DuckDBPyConnection, bare_run: str, treatment_run:
         if col not in fb and col not in ft and bare.get(col) != treat.get(col):
             diff[f"runs.{col}"] = (bare.get(col), treat.get(col))
     if diff:
-        lines = "\n".join(f"  {k}: bare={a!r} treatment={b!r}" for k, (a, b) in diff.items())
-        raise GateRefused(
-            f"runs {bare_run!r} and {treatment_run!r} differ in more than the skills, so their deltas would not "
-            f"measure the skills:\n{lines}\nRun the treatment with the bare run's jobs, seeds, model, checkpoint, "
-            "sampling and prompt.", diff)
-    if not allow_missing_checkpoint:
-        missing = [r["run_id"] for r, fp in ((bare, fb), (treat, ft)) if not (r.get("checkpoint_id") or fp.get("checkpoint_id"))]
+        _refuse_diff(bare["run_id"], treat["run_id"], diff, "Run the treatment with the bare run's jobs, seeds, "
+                     "model, checkpoint, sampling and prompt.")
+    al.checked = sorted(k for k in set(fb) | set(ft) if not k.startswith(SKILL_FIELD_PREFIX))
+
+
+def _without(d, key: str):
+    return {k: v for k, v in d.items() if k != key} if isinstance(d, dict) else d
+
+
+def _shopsimrl_view(name: str, value, other):
+    """A section as ShopSimRL compares it: model without ``transport``, runtime without ``concurrency``, task split
+    without ``source_path``; an environment from records (with the versions they observed) seen through the keys of
+    a manifest's environment (``paired_validation._check_trace_plan``)."""
+    if name == "model":
+        return _without(value, "transport")
+    if name == "runtime":
+        return _without(value, "concurrency")
+    if name == "task_split":
+        return _without(value, "source_path")
+    if name == "environment" and isinstance(value, dict) and isinstance(other, dict) and set(other) < set(value):
+        return {k: value.get(k) for k in other}
+    return value
+
+
+def _jobs_seen(con, run_id: str, with_seed: bool) -> dict:
+    cols = ", ".join(identity.job_key_fields(with_seed))
+    rows = con.execute(f"SELECT DISTINCT {cols} FROM episodes WHERE run_id = ? AND task_id IS NOT NULL",
+                       [run_id]).fetchall()
+    return identity.jobs_identity([tuple(r) for r in rows], with_seed)
+
+
+def _check_shopsimrl(con, bare: dict, treat: dict, fb: dict, ft: dict, al: Alignment) -> None:
+    """ShopSimRL's alignment checks over the runs' identities (docs/gate.md)."""
+    names = (bare["run_id"], treat["run_id"])
+    required = [*identity.SECTIONS]
+    if "task_split" in fb or "task_split" in ft:
+        required.append("task_split")
+    else:
+        al.unchecked.append("task_split")
+        al.notes.append("task_split not checked: neither run has a manifest.json (the jobs' split names are checked)")
+    thin = {n: [k for k in required if not isinstance(f.get(k), dict) or not f[k]]
+            for n, f in zip(names, (fb, ft), strict=True)}
+    thin = {n: ks for n, ks in thin.items() if ks}
+    if thin:
+        what = "; ".join(f"run {n!r} has no {', '.join(ks)}" for n, ks in thin.items())
+        raise GateRefused(f"the runs' identities are too thin to check their alignment: {what} (its manifest.json "
+                          "plan or its records' provenance lacks the section). Ingest the run directory with its "
+                          f"manifest.json beside traces.jsonl, {ASSUME_HINT}.")
+    diff: dict[str, tuple[object, object]] = {}
+    for k in required:
+        a, b = _shopsimrl_view(k, fb[k], ft[k]), _shopsimrl_view(k, ft[k], fb[k])
+        if a != b:
+            diff[k] = (a, b)
+    ob, ot = fb.get("observed") or {}, ft.get("observed") or {}
+    if fb.get("identity_source") == identity.SOURCE_PROVENANCE:
+        ob = {k: fb[k] for k in identity.SECTIONS}
+    if ft.get("identity_source") == identity.SOURCE_PROVENANCE:
+        ot = {k: ft[k] for k in identity.SECTIONS}
+    if ob and ot:
+        for k in identity.SECTIONS:
+            a, b = _shopsimrl_view(k, ob.get(k), None), _shopsimrl_view(k, ot.get(k), None)
+            if a != b and k not in diff:
+                diff[f"records.{k}"] = (a, b)
+    else:
+        al.unchecked.append("records")
+        al.notes.append("records' provenance not checked: "
+                        + ", ".join(repr(n) for n, o in zip(names, (ob, ot), strict=True) if not o)
+                        + " carries none (only its manifest.json plan was checked)")
+    al.observed = (ob, ot)
+    with_seed = identity.send_seed(fb["model"])
+    jobs = [f["jobs"] if isinstance(f.get("jobs"), dict) and f["jobs"].get("key_fields")
+            == identity.job_key_fields(with_seed) else _jobs_seen(con, n, with_seed)
+            for n, f in zip(names, (fb, ft), strict=True)]
+    if jobs[0]["sha256"] != jobs[1]["sha256"]:
+        diff["jobs"] = tuple(f"{j['count']} jobs ({', '.join(j['key_fields'])}) sha256 {j['sha256'][:16]}" for j in jobs)
+    if diff:
+        _refuse_diff(*names, diff, "ShopSimRL pairs only runs of the same model (transport aside), prompt, runtime "
+                     "(concurrency aside), environment, task split and jobs: run the treatment with the bare run's "
+                     f"plan, {ASSUME_HINT}.")
+    al.checked = [*required, *([] if "records" in al.unchecked else ["records"]), "jobs"]
+    al.plan_fingerprints = (fb.get("plan_fingerprint"), ft.get("plan_fingerprint"))
+
+
+def _check_masks(con, treat: dict) -> str | None:
+    """A treatment that declares masks (a gate run's ``mask_assignments.json``): every completed episode selected
+    exactly the skills its assignment included, in order (``paired_validation.paired_observations``)."""
+    try:
+        prov = json.loads(treat.get("provenance") or "{}")
+    except ValueError:
+        return None
+    masks = prov.get("mask_assignments") if isinstance(prov, dict) else None
+    if not isinstance(masks, dict) or not isinstance(masks.get("included"), dict):
+        return None
+    included = masks["included"]
+    rows = con.execute("SELECT episode_id, skill_ids FROM episodes WHERE run_id = ? AND status = 'completed' "
+                       "ORDER BY episode_id", [treat["run_id"]]).fetchall()
+    for eid, ids in rows:
+        got = json.loads(ids) if ids else []
+        if eid not in included or got != included[eid]:
+            raise GateRefused(f"treatment episode {eid} of run {treat['run_id']!r} selected skills {got}, but its mask "
+                              f"assignment (mask_assignments.json) is {included.get(eid, 'missing')}: the treatment "
+                              "did not follow its frozen masks; re-run the masked rollouts")
+    return f"masks: every completed treatment episode selected its assigned skills ({len(rows)} checked)"
+
+
+def alignment(con: duckdb.DuckDBPyConnection, bare_run: str, treatment_run: str,
+              allow_missing_checkpoint: bool = False, assume_aligned: bool = False) -> tuple[dict, dict, Alignment]:
+    """Refuse runs that must not be paired; returns both runs' rows and how their alignment was established.
+
+    Two runner runs are checked field by field (every fingerprint field but ``skill*``); two ingested ShopSimRL runs
+    with ShopSimRL's own checks of their identities. ``assume_aligned`` skips the identity checks (and the checkpoint
+    requirement) and says so in the result; the bare run must still be skill-free, a masked treatment must still
+    have followed its masks."""
+    if bare_run == treatment_run:
+        raise GateRefused(f"bare and treatment are the same run ({bare_run!r})")
+    bare, treat = _run_row(con, bare_run), _run_row(con, treatment_run)
+    fb, ft = _fields(bare), _fields(treat)
+    vb, vt = _vocabulary(fb), _vocabulary(ft)
+    al = Alignment(vocabulary=vb if vb == vt else None,
+                   sources=((fb or {}).get("identity_source"), (ft or {}).get("identity_source")))
+    fb, ft = fb or {}, ft or {}
+    if assume_aligned:
+        al.assumed = True
+        al.notes.append("alignment ASSUMED by the caller (--assume-aligned): the runs' identities were not checked")
+    else:
+        missing = [r for r, v in ((bare, vb), (treat, vt)) if v is None]
         if missing:
+            what = ", ".join(f"{r['run_id']!r} (source {r.get('source_format')})" for r in missing)
             raise GateRefused(
-                f"run(s) {', '.join(repr(m) for m in missing)} have no model.checkpoint_id: the same server address "
-                "can serve new weights, so the bare baseline may be stale. Set model.checkpoint_id, or allow it "
-                "explicitly (allow_missing_checkpoint=True / --allow-missing-checkpoint).")
+                f"run(s) {what} record no run identity (fingerprint_fields), so the gate cannot verify that both runs "
+                "played the same jobs with the same model, prompt and environment: a ShopSimRL run directory was "
+                "ingested without its manifest.json and its records carry no provenance. Put the run's manifest.json "
+                f"beside its traces.jsonl and ingest it again (or re-run it), {ASSUME_HINT}.")
+        if vb != vt:
+            raise GateRefused(
+                f"run {bare_run!r} records a {vb} identity and run {treatment_run!r} a {vt} one (a runner run and an "
+                "ingested ShopSimRL run): their fields cannot be checked against each other. Pair runs from the "
+                f"same source, {ASSUME_HINT}.")
+        if vb == "shopsimrl":
+            _check_shopsimrl(con, bare, treat, fb, ft, al)
+        else:
+            _check_shopsim_wh(bare, treat, fb, ft, al)
+        if not allow_missing_checkpoint:
+            missing = [r["run_id"] for r, fp in ((bare, fb), (treat, ft)) if not _checkpoint(r, fp)]
+            if missing:
+                raise GateRefused(
+                    f"run(s) {', '.join(repr(m) for m in missing)} have no model.checkpoint_id: the same server address "
+                    "can serve new weights, so the bare baseline may be stale. Set model.checkpoint_id, or allow it "
+                    "explicitly (allow_missing_checkpoint=True / --allow-missing-checkpoint).")
     n_bare_skills = con.execute("SELECT count(*) FROM skills_selected WHERE run_id = ?", [bare_run]).fetchone()[0]
-    if bare.get("skill_bank_hash") or fb.get("skill_bank_hash") or n_bare_skills:
-        raise GateRefused(f"bare run {bare_run!r} is not skill-free (skill bank {bare.get('skill_bank_hash') or fb.get('skill_bank_hash')!r}, "
+    bank = bare.get("skill_bank_hash") or fb.get("skill_bank_hash")
+    declared = fb.get("skills") if isinstance(fb.get("skills"), dict) else None
+    if bank or n_bare_skills or (declared is not None and declared != {"provider": "none"}):
+        raise GateRefused(f"bare run {bare_run!r} is not skill-free (skill bank {bank or declared!r}, "
                           f"{n_bare_skills} skill selections); use a run with skills.path = null as the bare run")
+    if (note := _check_masks(con, treat)) is not None:
+        al.checked.append("masks")
+        al.notes.append(note)
+    return bare, treat, al
+
+
+def _checkpoint(row: dict, fields: dict):
+    model = fields.get("model") if isinstance(fields.get("model"), dict) else {}
+    return row.get("checkpoint_id") or fields.get("checkpoint_id") or model.get("checkpoint_id")
+
+
+def check_pairable(con: duckdb.DuckDBPyConnection, bare_run: str, treatment_run: str,
+                   allow_missing_checkpoint: bool = False, assume_aligned: bool = False) -> tuple[dict, dict]:
+    """Refuse runs that must not be paired; returns both runs rows (:func:`alignment` also says how)."""
+    bare, treat, _ = alignment(con, bare_run, treatment_run, allow_missing_checkpoint, assume_aligned)
     return bare, treat
 
 
@@ -405,14 +596,16 @@ def _pair_sums(x: np.ndarray, y: np.ndarray, replicates: int, seed: int) -> tupl
 
 
 def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, bootstrap: int = 1000,
-         alpha: float = 0.05, allow_missing_checkpoint: bool = False, seed: int = 0) -> GateResult:
+         alpha: float = 0.05, allow_missing_checkpoint: bool = False, seed: int = 0,
+         assume_aligned: bool = False) -> GateResult:
     """Fit the paired gate of ``treatment_run`` against the skill-free ``bare_run``.
 
     ``con_or_warehouse``: a connection from :func:`shopsim_wh.db.connect` or a warehouse path (opened with
     :func:`shopsim_wh.sandbox.connect`; pass such a connection too when the covariates are untrusted input).
     ``covariates``: None (an indicator per skill the treatment run selected), or a list of SQL expressions over
     the columns of ``paired_deltas`` (``p.skills``, ``p.task_id``, ...) or ``"skill:<id>"`` items, or a mapping
-    name -> expression. Raises :class:`GateRefused` / :class:`GateDataError` with the reason.
+    name -> expression. ``assume_aligned``: pair the runs without checking their identities (recorded in the
+    result). Raises :class:`GateRefused` / :class:`GateDataError` with the reason.
     """
     if not 0 < alpha < 1:
         raise GateError(f"alpha must be in (0, 1), not {alpha}")
@@ -422,7 +615,7 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
 
     # a path opens the read-only sandbox: the covariates are SQL from the command line
     con = as_connection(con_or_warehouse, sandboxed=True)
-    bare, treat = check_pairable(con, bare_run, treatment_run, allow_missing_checkpoint)
+    bare, treat, aligned = alignment(con, bare_run, treatment_run, allow_missing_checkpoint, assume_aligned)
     table = f"gate_pairs_{uuid.uuid4().hex[:12]}"
     cols = _pair_columns(con, bare_run, treatment_run, covariates)
     con.execute(f"CREATE TEMP TABLE {table} AS SELECT {cols} FROM paired_deltas(?, ?)", [bare_run, treatment_run])
@@ -441,7 +634,7 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
     hurts = [c for c in coefs if c.beta < 0 and (c.p < alpha or (c.ci_high is not None and c.ci_high < 0))]
     planned = treat.get("planned_episodes") or con.execute(
         "SELECT count(*) FROM episodes WHERE run_id = ?", [treatment_run]).fetchone()[0]
-    notes = []
+    notes = list(aligned.notes)
     if hurts:
         notes.append("hurts: " + ", ".join(c.name for c in hurts))
     if helps:
@@ -453,7 +646,8 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
         coverage=n_pairs / planned if planned else 0.0, coefficients=coefs,
         decision="pass" if helps and not hurts else "fail", alpha=alpha, bootstrap=bootstrap, seed=seed, df=df,
         residual_se=math.sqrt(sigma2), bare_score=bare_scores, bootstrap_dropped=dropped,
-        checkpoint_ids=(bare.get("checkpoint_id"), treat.get("checkpoint_id")), notes=notes, planned=int(planned))
+        checkpoint_ids=(bare.get("checkpoint_id"), treat.get("checkpoint_id")), notes=notes, planned=int(planned),
+        alignment=aligned.to_dict())
 
 
 def _fit(con, table: str, specs, bootstrap: int, alpha: float, seed: int):

@@ -22,8 +22,9 @@ RULES = ("significance", "strictly-positive-top-k")
 # the keyword arguments each rule takes (with their defaults, which are recorded too)
 RULE_ARGS = {
     "significance": {"covariates": None, "bootstrap": 1000, "alpha": 0.05, "seed": 0,
-                     "allow_missing_checkpoint": False},
-    "strictly-positive-top-k": {"budget": 10, "columns": None, "allow_missing_checkpoint": False},
+                     "allow_missing_checkpoint": False, "assume_aligned": False},
+    "strictly-positive-top-k": {"budget": 10, "columns": None, "allow_missing_checkpoint": False,
+                                "assume_aligned": False},
 }
 
 

@@ -25,6 +25,7 @@ def gate(
     allow_missing_checkpoint: Annotated[bool, typer.Option("--allow-missing-checkpoint", help="Pair runs without model.checkpoint_id.")] = False,
     seed: Annotated[int, typer.Option(help="significance: bootstrap seed.")] = 0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide without recording the decision in gate_results.")] = False,
+    assume_aligned: Annotated[bool, typer.Option("--assume-aligned", help="Pair the runs without checking that they played the same jobs with the same model, prompt, runtime and environment (for runs whose identity is too thin to check); the output records that alignment was assumed.")] = False,
     warehouse: WarehouseOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -41,10 +42,11 @@ def gate(
     if rule == "strictly-positive-top-k":
         cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
         args = gate_log.arguments(bare, treatment, rule, budget=budget, columns=cols,
-                                  allow_missing_checkpoint=allow_missing_checkpoint)
+                                  allow_missing_checkpoint=allow_missing_checkpoint, assume_aligned=assume_aligned)
     else:
         args = gate_log.arguments(bare, treatment, rule, covariates=covariates or None, bootstrap=bootstrap,
-                                  alpha=alpha, allow_missing_checkpoint=allow_missing_checkpoint, seed=seed)
+                                  alpha=alpha, allow_missing_checkpoint=allow_missing_checkpoint, seed=seed,
+                                  assume_aligned=assume_aligned)
     root = default_root(warehouse)
     con = sandboxed(root)  # --covariates are SQL from the command line: the fit reads the views and nothing else
     res = gate_log.decide(con, args)
@@ -68,6 +70,7 @@ def compare(
     confidence: Annotated[float, typer.Option(help="Confidence level of the interval.")] = 0.95,
     summation: Annotated[str, typer.Option(help="How a resample's sum is added: neumaier (CPython >= 3.12 sum(), what ShopSimRL's published numbers match) or sequential (CPython <= 3.11).")] = "neumaier",
     fmt: Annotated[str, typer.Option("--format", "-f", help="table or json (ShopSimRL's comparison.json shape).")] = "table",
+    assume_aligned: Annotated[bool, typer.Option("--assume-aligned", help="Pair the runs without checking that they played the same jobs with the same model, prompt, runtime and environment (for runs whose identity is too thin to check); the output records that alignment was assumed.")] = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Equipped minus bare per metric, with a task-level paired percentile bootstrap interval."""
@@ -78,7 +81,7 @@ def compare(
     from ..warehouse import default_root
 
     res = run_compare(default_root(warehouse), bare, equipped, samples=samples, seed=seed,
-                      confidence_level=confidence, summation=summation)
+                      confidence_level=confidence, summation=summation, assume_aligned=assume_aligned)
     typer.echo(json.dumps(res, indent=2, allow_nan=False) if fmt == "json" else to_table(res))
 
 
