@@ -9,9 +9,16 @@
 * **unexpected**: a stored runner episode that is not in the plan (with ``plan_config``). Must be zero.
 * **partial**: rows of a child table (steps, messages, ...) whose episode attempt is not in ``episodes``,
   or a runner episode whose ``model_steps`` differs from its ``steps`` rows. Must be zero.
-* **unreadable**: a file the snapshot lists that is missing, not Parquet, or holds another row count.
+* **unreadable**: a file the snapshot lists that is missing, has another size than recorded, is not Parquet,
+  has columns other than its table declares, or holds another row count (:func:`inspect_file`, whose codes
+  ``shopsim-wh doctor`` reports).
 * informational: ``unacknowledged`` (stored, not in any ledger line: a crash between ``CURRENT`` and
-  the ledger append; allowed), ``missing`` (planned, no completed attempt stored yet: resume runs them).
+  the ledger append; allowed), ``missing`` (planned, no completed attempt stored yet: resume runs them),
+  ``stray`` (files no snapshot lists: ``vacuum`` removes them).
+
+``shopsim-wh doctor`` runs this check and reports every failure above as a finding with its fix (and stray
+files as ``orphan_*``): the two never disagree on a warehouse. Only ``canonical_diff`` (``--against``, a
+comparison with another warehouse) is this command's alone.
 
 ``canonical_rows`` / ``compare_canonical``: the rows of a run without the columns that depend on timing (and
 ``runs.config`` without the execution fields), so a faulted run, or a run on Ray, can be compared with an
@@ -47,6 +54,7 @@ class CheckReport:
     acknowledged: int = 0
     stored: int = 0
     planned: int | None = None
+    plan_run: str | None = None  # the run the plan config names
     lost: list = field(default_factory=list)
     duplicated: list = field(default_factory=list)
     unexpected: list = field(default_factory=list)
@@ -66,14 +74,49 @@ class CheckReport:
     def as_dict(self) -> dict:
         return {**asdict(self), "ok": self.ok}
 
+    @property
+    def failures(self) -> int:
+        return sum(map(len, (self.lost, self.duplicated, self.unexpected, self.partial, self.unreadable,
+                             self.canonical_diff)))
+
     def summary(self) -> str:
         head = (f"snapshot {self.snapshot}: acknowledged {self.acknowledged}, stored {self.stored}"
                 + (f", planned {self.planned}" if self.planned is not None else ""))
         counts = (f"lost {len(self.lost)}, duplicated {len(self.duplicated)}, unexpected {len(self.unexpected)}, "
                   f"partial {len(self.partial)}, unreadable {len(self.unreadable)}"
                   + (f", canonical differences in {sorted(self.canonical_diff)}" if self.canonical_diff else ""))
-        info = f"unacknowledged {self.unacknowledged} (allowed), missing {len(self.missing)} (resume runs them)"
+        info = (f"unacknowledged {self.unacknowledged} (allowed), missing {len(self.missing)} (resume runs them), "
+                f"stray files {len(self.stray)} (`shopsim-wh vacuum` removes them)")
         return f"{head}\n{counts}\n{info}"
+
+
+def inspect_file(wh: Warehouse, table: str, e) -> tuple[str, str] | None:
+    """``(code, message)`` when snapshot file ``e`` of ``table`` is not as listed: ``file_missing``,
+    ``file_size`` (local warehouses), ``file_unreadable`` (no Parquet footer), ``file_schema`` (columns other
+    than the table declares for the file's schema version) or ``file_rows``; None when it is."""
+    from .schema import SCHEMA_VERSION
+
+    if not wh.remote:
+        p = wh.abspath(e)
+        if not p.exists():
+            return "file_missing", f"{table}: {e.path} is listed by the snapshot but absent"
+        if (size := p.stat().st_size) != e.bytes:
+            return "file_size", f"{table}: {e.path} has {size} bytes, the snapshot recorded {e.bytes} (truncated or overwritten)"
+    try:
+        meta = pq.read_metadata(wh.open_input(e))
+    except FileNotFoundError:
+        return "file_missing", f"{table}: {e.path} is listed by the snapshot but absent"
+    except Exception as exc:  # noqa: BLE001 - any unreadable footer is the same finding
+        return "file_unreadable", f"{table}: {e.path} has no readable Parquet footer ({type(exc).__name__}: {exc})"[:400]
+    spec = TABLES.get(table)
+    names = meta.schema.to_arrow_schema().names
+    declared = spec.column_names if spec else []
+    if spec is None or (e.schema_version == SCHEMA_VERSION and names != declared) or set(names) - set(declared):
+        return "file_schema", (f"{table}: {e.path} has columns {names}, table {table!r} declares {declared} "
+                               f"(schema version {e.schema_version})")[:400]
+    if meta.num_rows != e.rows:
+        return "file_rows", f"{table}: {e.path} holds {meta.num_rows} rows, the snapshot recorded {e.rows}"
+    return None
 
 
 def _readable(wh: Warehouse, snap: Snapshot, report: CheckReport) -> Snapshot:
@@ -81,20 +124,21 @@ def _readable(wh: Warehouse, snap: Snapshot, report: CheckReport) -> Snapshot:
     good: dict[str, list] = {}
     for table, entries in snap.tables.items():
         for e in entries:
-            try:
-                rows = pq.read_metadata(wh.open_input(e)).num_rows
-            except (OSError, pa.ArrowException) as exc:
-                report.unreadable.append({"path": e.path, "error": f"{type(exc).__name__}: {exc}"[:300]})
-                continue
-            if rows != e.rows:
-                report.unreadable.append({"path": e.path, "error": f"{rows} rows, the snapshot says {e.rows}"})
+            if (problem := inspect_file(wh, table, e)) is not None:
+                report.unreadable.append({"path": e.path, "run_id": e.run_id, "code": problem[0], "error": problem[1]})
                 continue
             good.setdefault(table, []).append(e)
     return Snapshot(snap.version, good, snap.pending_delete, snap.committed_at)
 
 
-def planned_episodes(plan_config: str | os.PathLike) -> tuple[str, list[str]]:
-    """(run_id, planned episode ids) of a runner config, decided without a server."""
+def planned_episodes(plan_config) -> tuple[str, list[str]]:
+    """(run_id, planned episode ids) of a runner config (a path, or a loaded ``Config``), decided without a
+    server."""
+    if not isinstance(plan_config, (str, os.PathLike)):
+        from .runner import plan
+
+        p = plan(plan_config)
+        return p.run_id, [j.episode_id for j in p.jobs]
     return _planned(str(plan_config), os.stat(plan_config).st_mtime_ns)
 
 
@@ -107,9 +151,9 @@ def _planned(path: str, _mtime: int) -> tuple[str, list[str]]:
     return p.run_id, [j.episode_id for j in p.jobs]
 
 
-def check(root: str | os.PathLike, plan_config: str | os.PathLike | None = None,
-          against: str | os.PathLike | None = None) -> CheckReport:
-    """See the module docstring; ``against`` is an uninterrupted warehouse to compare canonical rows with."""
+def check(root: str | os.PathLike, plan_config=None, against: str | os.PathLike | None = None) -> CheckReport:
+    """See the module docstring; ``plan_config`` is a config path or a loaded ``Config``, ``against`` an
+    uninterrupted warehouse to compare canonical rows with."""
     wh = Warehouse(root)
     raw = wh.snapshot()
     report = CheckReport(str(root), raw.version)
@@ -119,7 +163,9 @@ def check(root: str | os.PathLike, plan_config: str | os.PathLike | None = None,
     keys = Counter((e[PARTITION_KEY], e["episode_id"], e["attempt"]) for e in eps)
     report.stored = len(keys)
     report.duplicated = [list(k) for k, n in keys.items() if n > 1]
-    done = Counter((e[PARTITION_KEY], e["episode_id"]) for e in eps if e["status"] == "completed" and e["done"])
+    # per distinct attempt: an attempt stored twice is one finding (above), not also two completed attempts
+    done = Counter(k[:2] for k in {(e[PARTITION_KEY], e["episode_id"], e["attempt"]) for e in eps
+                                   if e["status"] == "completed" and e["done"]})
     report.duplicated += [[*k, "completed in more than one attempt"] for k, n in done.items() if n > 1]
 
     entries, report.torn_ledger_lines = read_ledger(root)
@@ -146,7 +192,7 @@ def check(root: str | os.PathLike, plan_config: str | os.PathLike | None = None,
     report.stray = stray_files(wh, raw)
     if plan_config is not None:
         run_id, planned = planned_episodes(plan_config)
-        report.planned = len(planned)
+        report.planned, report.plan_run = len(planned), run_id
         stored_ids = {k[1] for k in keys if k[0] == run_id}
         report.unexpected = sorted(stored_ids - set(planned))
         report.missing = sorted(set(planned) - {k[1] for k in done if k[0] == run_id})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -198,3 +199,19 @@ def load_config(path: str | os.PathLike) -> Config:
     if cfg.experiment.dotenv and not Path(cfg.experiment.dotenv).is_file():
         raise ConfigError(f"{path}: experiment.dotenv: {cfg.experiment.dotenv} not found; create it or remove the key")
     return cfg
+
+
+_SECRET_PARAM = re.compile(r"key|token|secret|passw|auth|sig", re.IGNORECASE)
+
+
+def public_url(url: str) -> str:
+    """``url`` as the run records it (runs.config, runs.provenance, a dump's ``provenance.*.base_url``): no
+    ``user:password@``, no query parameter named like a credential, no trailing slash; ``embedded`` as it is."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    if url == EMBEDDED:
+        return url
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not _SECRET_PARAM.search(k)])
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), query, ""))

@@ -12,8 +12,17 @@ Checks, in order (a finding stops nothing: every check runs):
 * ``stale_lock``: the writer lock is held, but not by the process that took it (it was killed and a child it
   forked still holds the lock file open): every writer would wait for it;
 * ``duplicate_episode``: an (episode_id, attempt) stored more than once within a run;
+* ``duplicate_completed``: an episode stored completed (``done``) in more than one attempt;
+* ``episodes_lost``: episode attempts a ledger acknowledged that the warehouse does not hold;
+* ``partial_episode``: rows of an attempt without its ``episodes`` row, or a runner attempt without all its steps;
+* ``unexpected_episode``: with a config, a stored episode of its run that the config does not plan;
 * ``catalog_stale``: the BI catalog file (``shopsim-wh catalog``) was built from an older snapshot;
 * ``server_unreachable``: with a config, the model or environment server it names does not answer.
+
+The file and episode findings are ``shopsim-wh check``'s failures (``check.check``, one code each), so the two
+commands agree: ``check`` exits 1 exactly when ``doctor`` reports one of them (``doctor`` also reports what
+``check`` lists as allowed: stray files, old schema versions, locks, catalogs, servers). A run with a broken file
+gets its file finding only: its lost or partial episodes follow from it, and the fix is the same.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .check import CheckReport, check
 from .schema import SCHEMA_VERSION, TABLES
 from .warehouse import Snapshot, Warehouse
 
@@ -45,39 +55,15 @@ def _redo(run_id: str) -> str:
             "`shopsim-wh ingest FILE` for an ingested one)")
 
 
-def check_files(wh: Warehouse, snap: Snapshot) -> list[Finding]:
-    import pyarrow.parquet as pq
+def check_files(report: CheckReport) -> list[Finding]:
+    """``check``'s unreadable files (``check.inspect_file``: missing, size, footer, schema, rows), with the fix."""
+    return [Finding(u["code"], u["error"], _redo(u["run_id"]), u["path"], u["run_id"]) for u in report.unreadable]
 
+
+def check_schema_versions(wh: Warehouse, snap: Snapshot) -> list[Finding]:
     from .maintenance import outdated
 
     out: list[Finding] = []
-    for table, entries in snap.tables.items():
-        spec = TABLES.get(table)
-        for e in entries:
-            p = wh.abspath(e)
-            if not p.exists():
-                out.append(Finding("file_missing", f"{table}: {e.path} is listed by snapshot {snap.version} but absent",
-                                   _redo(e.run_id), e.path, e.run_id))
-                continue
-            size = p.stat().st_size
-            if size != e.bytes:
-                out.append(Finding("file_size", f"{table}: {e.path} has {size} bytes, the snapshot recorded {e.bytes} "
-                                   "(truncated or overwritten)", _redo(e.run_id), e.path, e.run_id))
-                continue
-            try:
-                meta = pq.read_metadata(p)
-            except Exception as exc:  # noqa: BLE001 - any unreadable footer is the same finding
-                out.append(Finding("file_unreadable", f"{table}: {e.path} has no readable Parquet footer ({exc})",
-                                   _redo(e.run_id), e.path, e.run_id))
-                continue
-            names = meta.schema.to_arrow_schema().names
-            declared = spec.column_names if spec else []
-            if spec is None or (e.schema_version == SCHEMA_VERSION and names != declared) or set(names) - set(declared):
-                out.append(Finding("file_schema", f"{table}: {e.path} has columns {names}, table {table!r} declares "
-                                   f"{declared} (schema version {e.schema_version})", _redo(e.run_id), e.path, e.run_id))
-            elif meta.num_rows != e.rows:
-                out.append(Finding("file_rows", f"{table}: {e.path} holds {meta.num_rows} rows, the snapshot recorded "
-                                   f"{e.rows}", _redo(e.run_id), e.path, e.run_id))
     for run_id, n in sorted(outdated(wh, snap).items()):
         out.append(Finding("schema_old", f"run {run_id}: {n} file(s) written under an older schema version than "
                            f"{SCHEMA_VERSION} (readable; columns added since read as NULL)",
@@ -142,24 +128,39 @@ def check_lock_and_orphans(wh: Warehouse, snap: Snapshot) -> list[Finding]:
     return out
 
 
-def check_duplicates(wh: Warehouse, snap: Snapshot, skip: set[str]) -> list[Finding]:
-    """(episode_id, attempt) stored twice within a run, from the episodes files' two key columns (files in
-    ``skip``, already found broken, are left out)."""
-    import pyarrow.parquet as pq
+def check_episodes(report: CheckReport) -> list[Finding]:
+    """``check``'s duplicated, lost, partial and unexpected episodes, one finding per run and kind (runs with a
+    broken file are left to that file's finding)."""
+    broken = {u["run_id"] for u in report.unreadable}
+    kinds: dict[tuple[str, str], list[str]] = {}
 
+    def add(code: str, run_id: str, what: str) -> None:
+        if run_id not in broken:
+            kinds.setdefault((code, run_id), []).append(what)
+
+    for d in report.duplicated:  # [run, episode, attempt] or [run, episode, "completed in more than one attempt"]
+        if isinstance(d[2], int):
+            add("duplicate_episode", d[0], f"{d[1]} (attempt {d[2]})")
+        else:
+            add("duplicate_completed", d[0], d[1])
+    for item in report.lost:
+        add("episodes_lost", item[0], f"{item[1]} (attempt {item[2]})" if len(item) == 3 else item[1])
+    for item in report.partial:  # [table, run, episode, attempt, why]
+        add("partial_episode", item[1], f"{item[2]} (attempt {item[3]}: {item[0]} {item[4]})")
+    if report.unexpected:
+        add("unexpected_episode", report.plan_run, ", ".join(report.unexpected[:3]))
+    said = {"duplicate_episode": "episode attempt(s) stored more than once",
+            "duplicate_completed": "episode(s) stored completed in more than one attempt",
+            "episodes_lost": "acknowledged episode attempt(s) not stored (lost)",
+            "partial_episode": "partial episode attempt(s)",
+            "unexpected_episode": "stored episode(s) the config does not plan"}
     out = []
-    by_run: dict[str, list] = {}
-    for e in snap.files("episodes"):
-        if e.path not in skip:
-            t = pq.read_table(wh.abspath(e), columns=["episode_id", "attempt"])
-            by_run.setdefault(e.run_id, []).extend(zip(t["episode_id"].to_pylist(), t["attempt"].to_pylist(), strict=True))
-    for run_id, keys in sorted(by_run.items()):
-        seen: set = set()
-        dups = sorted({k for k in keys if k in seen or seen.add(k)})
-        if dups:
-            shown = ", ".join(f"{ep} (attempt {a})" for ep, a in dups[:3])
-            out.append(Finding("duplicate_episode", f"run {run_id}: {len(dups)} episode attempt(s) stored more than "
-                               f"once: {shown}{' ...' if len(dups) > 3 else ''}", _redo(run_id), None, run_id))
+    for (code, run_id), items in sorted(kinds.items()):
+        n = len(report.unexpected) if code == "unexpected_episode" else len(items)
+        shown = ", ".join(items[:3]) + (" ..." if len(items) > 3 else "")
+        fix = (f"use a new experiment.name for this config, or {_redo(run_id)}" if code == "unexpected_episode"
+               else _redo(run_id))
+        out.append(Finding(code, f"run {run_id}: {n} {said[code]}: {shown}", fix, None, run_id))
     return out
 
 
@@ -180,7 +181,7 @@ def check_catalogs(root: Path, snap: Snapshot, paths: list[Path]) -> list[Findin
 def check_servers(cfg) -> list[Finding]:
     import httpx
 
-    from .config import EMBEDDED
+    from .config import EMBEDDED, public_url
 
     targets = []
     if cfg.model.base_url != EMBEDDED:
@@ -192,9 +193,11 @@ def check_servers(cfg) -> list[Finding]:
         try:  # any HTTP answer (even 401 or 404) means the server is there
             httpx.get(url, timeout=3.0, trust_env=trust)
         except httpx.HTTPError as exc:
-            out.append(Finding("server_unreachable", f"{kind} server {url} does not answer ({type(exc).__name__}: {exc})",
+            shown = public_url(url)  # httpx quotes the URL, userinfo included, in its message
+            out.append(Finding("server_unreachable", f"{kind} server {shown} does not answer "
+                               f"({type(exc).__name__}: {str(exc).replace(url, shown)})",
                                f"start the {kind} server or fix {'model.base_url' if kind == 'model' else 'environment.url'}"
-                               " in the config", url))
+                               " in the config", shown))
     return out
 
 
@@ -223,10 +226,11 @@ def doctor(root: str | os.PathLike, cfg=None) -> list[Finding]:
                                 f"restore {wh.catalog_dir} from a backup, or point _catalog/CURRENT at the newest intact "
                                 "snapshot-*.json beside it", str(wh.catalog_dir / "CURRENT")))
         return findings
-    findings += check_files(wh, snap)
+    report = check(root, cfg)
+    findings += check_files(report)
+    findings += check_schema_versions(wh, snap)
     findings += check_lock_and_orphans(wh, snap)
-    broken = {f.path for f in findings if f.code in ("file_missing", "file_size", "file_unreadable", "file_schema")}
-    findings += check_duplicates(wh, snap, broken)
+    findings += check_episodes(report)
     out = getattr(getattr(cfg, "output", None), "catalog", None)
     findings += check_catalogs(root, snap, [Path(out)] if out else [])
     return findings

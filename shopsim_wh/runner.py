@@ -29,7 +29,7 @@ import httpx
 
 from . import __version__, crash
 from .committer import SOURCE_FORMAT, Committer
-from .config import EMBEDDED, Config
+from .config import EMBEDDED, Config, public_url
 from .environment import PRIMARY_REWARD, make_adapter, read_health
 from .errors import ConfigError, EnvUnavailable, FingerprintMismatch, TestSplitGuard, WarehouseFullError
 from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
@@ -172,8 +172,12 @@ def make_clients(cfg: Config) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
 
 
 def config_json(cfg: Config) -> str:
-    """The resolved config as stored in `runs.config`: secrets never included (only the variable name)."""
-    return json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+    """The resolved config as stored in `runs.config`: secrets never included (only the variable name; a server
+    URL without its userinfo or credential query parameters, see :func:`public_url`)."""
+    doc = cfg.model_dump(mode="json")
+    doc["model"]["base_url"] = public_url(doc["model"]["base_url"])
+    doc["environment"]["url"] = public_url(doc["environment"]["url"])
+    return json.dumps(doc, sort_keys=True)
 
 
 @dataclass
@@ -257,7 +261,7 @@ def make_model(cfg: Config, client: httpx.AsyncClient) -> ChatModel:
 def model_identity(cfg: Config) -> dict:
     """ShopSimRL's provenance.model shape (the key never appears: only the variable name is in runs.config)."""
     m = cfg.model
-    return {"provider": "openai_compatible_http", "model": m.name, "base_url": m.base_url.rstrip("/"),
+    return {"provider": "openai_compatible_http", "model": m.name, "base_url": public_url(m.base_url),
             "checkpoint_id": m.checkpoint_id,
             "transport": {"timeout_seconds": m.timeout_s, "max_retries": m.max_retries,
                           "retry_backoff_seconds": m.retry_backoff_s},
@@ -477,7 +481,7 @@ def grace_seconds() -> float:
 def _runs_row(p: Plan, load_id: str, allow_test: bool, health: dict) -> dict:
     cfg, f = p.cfg, p.fingerprint_fields
     dialect = cfg.environment.dialect
-    env_identity = {"adapter": f"shopsim-wh-{dialect}", "base_url": cfg.environment.url.rstrip("/"),
+    env_identity = {"adapter": f"shopsim-wh-{dialect}", "base_url": public_url(cfg.environment.url),
                     "persona": cfg.environment.persona, "interaction_mode": "single_turn",
                     "environment_version": health.get("environment_version"),
                     "observation_version": health.get("observation_version")}

@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 _SCHEMA = pa.schema([("unit", pa.string()), ("attempts", pa.int64()), ("total", pa.int64()),
-                     ("converted", pa.int64()), ("dropped", pa.int64())])
-COUNTS = ("attempts", "total", "converted", "dropped")
+                     ("converted", pa.int64()), ("dropped", pa.int64()), ("completed", pa.int64())])
+COUNTS = ("attempts", "total", "converted", "dropped", "completed")  # completed: records of the store's rule (0 or 1)
 _hash = hash  # str's own 64-bit hash: per process, which is all the index needs (tests replace it to collide)
 
 
@@ -91,21 +91,24 @@ class EpisodeIndex:
                 p += 1
         return out
 
-    def add(self, attempts: dict[str, int], fid: dict[str, list[int]], prior: dict[str, int]) -> None:
+    def add(self, attempts: dict[str, int], fid: dict[str, list[int]], prior: dict[str, int],
+            done=()) -> None:
         """Record one chunk: ``attempts`` / ``fid`` are its per-episode counts in first-appearance order (the
-        worker's), ``prior`` what :meth:`prior` returned for it."""
+        worker's), ``prior`` what :meth:`prior` returned for it, ``done`` its episodes with a completed record."""
         for e in prior:
             acc, (t, c, d) = self.repeats[e], fid[e]
             acc[0] += attempts[e]
             acc[1] += t
             acc[2] += c
             acc[3] += d
+            acc[4] += e in done
         new = [e for e in attempts if e not in prior]
         chunk = self.chunks
         self.chunks += 1
         table = pa.table([pa.array(new, pa.string()), pa.array([attempts[e] for e in new], pa.int64()),
                           pa.array([fid[e][0] for e in new], pa.int64()), pa.array([fid[e][1] for e in new], pa.int64()),
-                          pa.array([fid[e][2] for e in new], pa.int64())], schema=_SCHEMA)
+                          pa.array([fid[e][2] for e in new], pa.int64()),
+                          pa.array([int(e in done) for e in new], pa.int64())], schema=_SCHEMA)
         with pa.OSFile(str(self._file(chunk)), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as w:
             w.write_table(table)
         if not new:
@@ -126,6 +129,6 @@ class EpisodeIndex:
             if repeated := self.repeat_chunks.get(chunk):
                 for i, e in enumerate(units):
                     if e in repeated:
-                        for col, v in zip(cols, self.repeats[e][1:], strict=True):
+                        for col, v in zip(cols, self.repeats[e][1:4], strict=True):
                             col[i] = v
             yield units, *cols

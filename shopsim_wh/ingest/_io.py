@@ -17,7 +17,7 @@ READ_BLOCK = 8 * 1024 * 1024
 DATA_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd")
 # Files that live beside a v4 traces.jsonl and describe the run rather than hold records.
-SIDECAR_NAMES = {"manifest.json", "summary.json"}
+SIDECAR_NAMES = {"manifest.json", "summary.json", "mask_assignments.json"}  # v4 companions (v4.companions)
 
 
 def base_suffix(path: Path) -> str:

@@ -24,7 +24,7 @@ from ._io import split_lines
 from ._pipeline import chunk_bounds, map_chunks
 from ._rows import canonical
 from .core import UnitContext
-from .v4 import _new_state, _parse, _sidecars, finish_indexed, read_serial
+from .v4 import _new_state, _parse, _sidecars, duplicate_completed, finish_indexed, read_serial
 
 WORKERS = 2
 
@@ -44,7 +44,7 @@ def parse_chunk(ctx: UnitContext, start: int, end: int) -> dict:
     lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
     return {"attempts": st.attempts, "fid": st.fid, "file_total": st.file_total, "file_dropped": st.file_dropped,
             "run_prov": st.run_prov, "run_fields": dict(ctx.run_fields), "plain": st.plain,
-            "goals": st.goals[0], "lines": lines, "records": ctx.records,
+            "goals": st.goals[0], "lines": lines, "records": ctx.records, "done": st.done,
             "rejected": ctx.rejected, "bytes": len(data), "any_line": st.any_line}
 
 
@@ -71,17 +71,16 @@ def _read_parallel(ctx: UnitContext, seen: EpisodeIndex):
         return
     for tables, meta in itertools.chain([first], results):
         prior = seen.prior(meta["attempts"])
+        drop = _drop_duplicates(ctx, seen, meta, prior, lines_before)
         if run_prov is None and meta["run_prov"] is not None:
             run_prov = meta["run_prov"]
             ctx.run_fields.update(meta["run_fields"])
         out = []
         for name, t in tables:
-            if prior and name in _ATTEMPT_TABLES:  # rare: an episode retried across a chunk boundary
+            if (prior or drop) and name in _ATTEMPT_TABLES:  # rare: an episode retried across a chunk boundary
                 if isinstance(t, StagedFile):
                     t = _load_staged(t)
-                eids = t.column("episode_id").to_pylist()
-                att = [a + prior.get(e, 0) for e, a in zip(eids, t.column("attempt").to_pylist(), strict=True)]
-                t = t.set_column(t.schema.get_field_index("attempt"), "attempt", pa.array(att, pa.int16()))
+                t = _renumber(t, prior, drop)
             if name == "ingest_errors" and lines_before:
                 i = t.schema.get_field_index("line")
                 t = t.set_column(i, "line", pc.add(t.column("line"), lines_before))
@@ -89,7 +88,7 @@ def _read_parallel(ctx: UnitContext, seen: EpisodeIndex):
         if run_prov is not None and meta["run_prov"] is not None and meta["run_prov"] != run_prov:
             out = [(n, _fix_provenance(t, set(meta["plain"]), prior, meta["run_prov"], run_prov) if n == "episodes" else t)
                    for n, t in out]
-        seen.add(meta["attempts"], meta["fid"], prior)
+        seen.add(meta["attempts"], meta["fid"], prior, meta["done"])
         file_total += meta["file_total"]
         file_dropped += meta["file_dropped"]
         goals += meta["goals"]
@@ -104,6 +103,39 @@ def _read_parallel(ctx: UnitContext, seen: EpisodeIndex):
         yield
     finish_indexed(ctx, seen, any_line, file_total, file_dropped, run_prov, goals)
     yield
+
+
+def _drop_duplicates(ctx: UnitContext, seen: EpisodeIndex, meta: dict, prior: dict, lines_before: int) -> dict:
+    """The chunk's first completed record of an episode an earlier chunk completed: refused as the serial path
+    refuses it (v4.duplicate_completed). Fixes ``meta``; returns ``{episode: chunk-local attempt}`` to drop."""
+    drop = {e: meta["done"].pop(e) for e in list(meta["done"]) if e in prior and seen.repeats[e][4]}
+    for e, (attempt, line, offset, goals) in drop.items():
+        meta["attempts"][e] -= 1
+        meta["goals"] -= goals  # counted for stored records only
+        meta["fid"][e][0] -= 1  # duplicate_completed counts the record again, as dropped
+        meta["fid"][e][1] -= 1
+        duplicate_completed(ctx, meta["fid"], e, line + lines_before, offset)
+        meta["plain"] = [k for k in (_local(k, e, attempt) for k in meta["plain"]) if k is not None]
+    return {e: v[0] for e, v in drop.items()}
+
+
+def _local(key: str, eid: str, dropped: int) -> str | None:
+    """A ``plain`` key (``episode#attempt``, chunk-local) once attempt ``dropped`` of ``eid`` is gone."""
+    e, _, a = key.rpartition("#")
+    if e != eid or int(a) < dropped:
+        return key
+    return None if int(a) == dropped else f"{e}#{int(a) - 1}"
+
+
+def _renumber(t: pa.Table, prior: dict, drop: dict) -> pa.Table:
+    """Chunk-local attempts made file-wide (``prior`` earlier attempts added), without the ``drop``ped ones."""
+    keep, att = [], []
+    for e, a in zip(t.column("episode_id").to_pylist(), t.column("attempt").to_pylist(), strict=True):
+        d = drop.get(e)
+        keep.append(d is None or a != d)
+        att.append((a - 1 if d is not None and a > d else a) + prior.get(e, 0))
+    t = t.set_column(t.schema.get_field_index("attempt"), "attempt", pa.array(att, pa.int16()))
+    return t.filter(pa.array(keep)) if drop else t
 
 
 def _load_staged(f: StagedFile) -> pa.Table:

@@ -1,7 +1,9 @@
 """``ingest()``: paths in, one atomic commit per ingested unit, a summary out.
 
 Per unit (a file plus its companions): sha256 of the raw bytes -> ``run_id =
-<source-or-format>.<hash[:12]>``. A hash already in ``runs`` is skipped (idempotent). Otherwise the
+<source-or-format>.<hash[:12]>``. A hash already in ``runs`` is skipped (idempotent). So are other bytes holding
+episode attempts a run of the same experiment and model already holds (a dumped run ingested back: status
+``already_present``, see :func:`_same_attempts`). Otherwise the
 reader streams rows into column buffers that are flushed to Parquet every few thousand records *inside
 one* ``Writer.commit`` (the batches are a generator), so memory stays flat while the whole unit still
 becomes visible at once; runs previously ingested from the same path are dropped in that same commit
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import __version__, crash
@@ -46,7 +50,7 @@ class FileResult:
     path: str
     format: str | None
     run_id: str | None
-    status: str  # landed | skipped_same_hash | attached | unrecognised | no_valid_record | failed
+    status: str  # landed | skipped_same_hash | already_present | attached | unrecognised | no_valid_record | failed
     episodes: int = 0
     attempts: int = 0
     records: int = 0
@@ -74,6 +78,11 @@ class IngestSummary:
         return sum(f.rejected for f in self.files)
 
     @property
+    def units_already_present(self) -> int:
+        """Units whose bytes or episode attempts the warehouse already held (nothing of them was added)."""
+        return sum(1 for f in self.files if f.status in ("skipped_same_hash", "already_present"))
+
+    @property
     def bytes_read(self) -> int:
         return sum(f.bytes for f in self.files if f.status == "landed")
 
@@ -84,7 +93,8 @@ class IngestSummary:
     def as_dict(self) -> dict:
         return {
             "units_read": self.units_read, "episodes_landed": self.episodes_landed,
-            "records_rejected": self.records_rejected, "seconds": round(self.seconds, 3),
+            "records_rejected": self.records_rejected, "units_already_present": self.units_already_present,
+            "seconds": round(self.seconds, 3),
             "mb_per_s": round(self.mb_per_s, 1), "load_id": self.load_id,
             "files": [f.__dict__ for f in self.files],
         }
@@ -121,6 +131,12 @@ class UnitContext:
     streaming: bool = False  # content has been handed to the commit (the unit lands, whatever follows)
     streams: list = field(default_factory=list)  # opened inputs (a cut-short .gz / .zst says so)
     truncation_reported: bool = False
+    # runs already stored, by experiment: [(run_id, source_format, model_name, checkpoint_id)]; their attempts
+    # are compared with this unit's (``_same_attempts``) when one has this unit's experiment
+    known_runs: dict = field(default_factory=dict)
+    stored_keys: Callable[[str], np.ndarray] | None = None  # run id -> its attempt keys (attempt_keys)
+    attempt_keys: list | bool | None = None  # this unit's attempt keys (arrays); False: no known run to compare
+    unit: dict = field(default_factory=dict)  # the ingest loop's: sha, replace (runs this unit replaces)
 
     def watch(self, stream):
         """Remember an opened input: if it was cut short, its torn last record (or, when the cut fell between
@@ -172,18 +188,48 @@ def run_id_for(prefix: str, sha: str) -> str:
     return f"{p}.{sha[:12]}"
 
 
-def _existing_runs(wh: Warehouse) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """(source_hash -> run_id, source_file -> [run_id]) from the current snapshot's runs files."""
+def _existing_runs(wh: Warehouse) -> tuple[dict[str, str], dict[str, list[str]], dict[str, list[tuple]]]:
+    """(source_hash -> run_id, source_file -> [run_id], experiment -> [(run_id, source_format, model_name,
+    checkpoint_id)]) from the current snapshot's runs files."""
     by_hash: dict[str, str] = {}
     by_file: dict[str, list[str]] = {}
+    by_experiment: dict[str, list[tuple]] = {}
+    cols = ["source_hash", "source_file", "experiment", "source_format", "model_name", "checkpoint_id"]
     for e in wh.snapshot().files("runs"):
-        t = pq.read_table(wh.open_input(e), columns=["source_hash", "source_file"])
-        for h, f in zip(t.column("source_hash").to_pylist(), t.column("source_file").to_pylist(), strict=True):
+        t = pq.read_table(wh.open_input(e), columns=cols, schema=TABLES["runs"].arrow_schema)
+        for h, f, x, fmt, model, ckpt in zip(*(t.column(c).to_pylist() for c in cols), strict=True):
             if h:
                 by_hash[h] = e.run_id
             if f:
                 by_file.setdefault(f, []).append(e.run_id)
-    return by_hash, by_file
+            if x:
+                by_experiment.setdefault(x, []).append((e.run_id, fmt, model, ckpt))
+    return by_hash, by_file, by_experiment
+
+
+# What identifies an episode attempt across a dump and its ingest: every one of these survives the round trip
+# (dump_v4 writes them, the v4 reader reads them back to the same value), and together with the timestamps they
+# tell two runs of one experiment apart. Attempt numbers are not in it (a dump renumbers nothing, but a file
+# holding the attempts in another order would).
+ATTEMPT_KEY = ("episode_id", "status", "reward", "started_at", "finished_at", "seed", "model_steps")
+
+
+_KEY_SCHEMA = pa.schema([TABLES["episodes"].arrow_schema.field(c) for c in ATTEMPT_KEY])
+
+
+def attempt_keys(table: pa.Table) -> np.ndarray:
+    """One 64-bit key per ``episodes`` row (``ATTEMPT_KEY``; this process's ``hash``, compared in it only)."""
+    t = table.select(list(ATTEMPT_KEY)).cast(_KEY_SCHEMA)
+    cols = [t.column(c).to_pylist() for c in ATTEMPT_KEY]
+    return np.fromiter((hash(k) for k in zip(*cols, strict=True)), np.int64, t.num_rows)
+
+
+def _within(a: np.ndarray, b: np.ndarray) -> bool:
+    """Multiset ``a`` contained in multiset ``b``."""
+    ua, ca = np.unique(a, return_counts=True)
+    ub, cb = np.unique(b, return_counts=True)
+    pos = np.minimum(np.searchsorted(ub, ua), max(len(ub) - 1, 0))
+    return bool(len(ub) and (ub[pos] == ua).all() and (cb[pos] >= ca).all()) or not len(ua)
 
 
 def _now() -> datetime:
@@ -281,7 +327,7 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
     committed_any = False
     ledger = Ledger(wh.root, load_id)
     with wh.writer() as w:
-        by_hash, by_file = _existing_runs(wh)
+        by_hash, by_file, by_experiment = _existing_runs(wh)
         for f, reader, comps in plan:
             size = f.stat().st_size + sum(c.stat().st_size for c in comps)
             res = FileResult(str(f), reader.name, None, "landed", bytes=size)
@@ -308,6 +354,8 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
                 source_format=reader.name, experiment=source or reader.name, sink=Sink(load_id),
                 max_field_bytes=max_field_bytes, flush_every=flush_every, parallel=parallel, flush_bytes=flush_bytes,
                 on_bytes=on_bytes if f.suffix not in (".gz", ".zst", ".zstd") else None, staging_dir=str(wh.staging_dir),
+                known_runs=by_experiment, unit=unit,
+                stored_keys=lambda run_id: attempt_keys(wh.read("episodes", list(ATTEMPT_KEY), run_id, w.snap)),
             )
             try:
                 w.commit(_unit_batches(ctx, reader, hasher, decide, started, wait_first=size < EARLY_HASH_BYTES),
@@ -318,6 +366,15 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
                 raise WarehouseFullError(
                     f"ingest stopped at {f}: {len(landed)} unit(s) landed before the disk filled "
                     f"({sum(r.episodes for r in landed)} episodes). {exc}") from exc
+            except _AlreadyPresent as present:
+                _drop_staged(wh, load_id)
+                res.status, res.run_id = "already_present", present.run_id
+                res.message = (f"already present as run {present.run_id}: it holds every one of these {present.attempts} "
+                               "episode attempt(s) (same experiment, model and attempts); nothing added")
+                done_bytes += size
+                if progress:
+                    progress(done_bytes, total_bytes)
+                continue
             except _AlreadyIngested:
                 _drop_staged(wh, load_id)
                 done_bytes += size
@@ -340,12 +397,24 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             ledger.append({"writer": "ingest", "run_id": run_id, "snapshot": w.snap.version, "source_hash": sha,
                            "source_file": source_file, "episode_attempts": ctx.attempts,
                            "replaces": [r for r in unit.get("replace", []) if r != run_id]})
+            if ctx.provenance.get("replaces_subset"):
+                res.message = "replaces run(s) " + ", ".join(ctx.provenance["replaces_subset"]) + \
+                    ": every episode attempt they held is in this one (a resumed run ingested again)"
+            elif ctx.provenance.get("overlaps"):
+                res.message = "holds every episode attempt of run(s) " + ", ".join(ctx.provenance["overlaps"]) + \
+                    " (runner runs, kept) and more: those attempts are counted in both runs"
             if not ctx.episodes:
                 res.status = "no_valid_record"
                 res.message = (f"no valid {reader.name} record: {ctx.rejected} error row(s) landed, nothing else; "
                                f"see ingest_errors where run_id = '{run_id}'")
             by_hash[sha] = run_id
             by_file[source_file] = [run_id]
+            for r in unit.get("replace", []):
+                for runs in by_experiment.values():
+                    runs[:] = [x for x in runs if x[0] != r]
+            if ctx.episodes:
+                by_experiment.setdefault(ctx.experiment, []).append(
+                    (run_id, reader.name, ctx.run_fields.get("model_name"), ctx.run_fields.get("checkpoint_id")))
             done_bytes += size
             if progress:
                 progress(done_bytes, total_bytes)
@@ -391,6 +460,12 @@ _EMPTY = Reader(name="empty", description="an empty input file", sniff=lambda he
 
 class _AlreadyIngested(Exception):
     pass
+
+
+class _AlreadyPresent(Exception):
+    def __init__(self, run_id: str, attempts: int):
+        super().__init__(run_id)
+        self.run_id, self.attempts = run_id, attempts
 
 
 class _Hasher(threading.Thread):
@@ -465,6 +540,7 @@ def _drain(ctx: UnitContext):
     unit has a valid record, so a file of garbage forced to a format lands its error rows and nothing else."""
     batches = [ctx.ready.pop(0) for _ in range(len(ctx.ready))] + list(ctx.sink.flush())
     for table, tab in batches:
+        _note(ctx, table, tab)
         if ctx.streaming or table in DIAGNOSTIC_TABLES:
             yield table, ctx.run_id, tab
         else:
@@ -474,6 +550,42 @@ def _drain(ctx: UnitContext):
         for table, tab in ctx.held:
             yield table, ctx.run_id, tab
         ctx.held.clear()
+
+
+def _note(ctx: UnitContext, table: str, tab) -> None:
+    """Keep the attempt keys of the unit's ``episodes`` rows while a stored run of its experiment may hold them."""
+    if table != "episodes" or ctx.attempt_keys is False:
+        return
+    if ctx.attempt_keys is None:
+        ctx.attempt_keys = [] if ctx.known_runs.get(ctx.experiment) else False
+        if ctx.attempt_keys is False:
+            return
+    ctx.attempt_keys.append(attempt_keys(tab if isinstance(tab, pa.Table) else pq.read_table(tab.path)))
+
+
+def _same_attempts(ctx: UnitContext) -> None:
+    """Compare the unit's episode attempts with the stored runs of its experiment and model (not the runs it
+    replaces as a new version of the same path): all of them in one run -> :class:`_AlreadyPresent` (nothing is
+    added); every attempt of an ingested run in the unit, and more (a resumed run dumped again) -> that run is
+    replaced in this commit; of a runner run -> both are kept (the runner's run is never dropped by an ingest)
+    and the summary says so."""
+    if not ctx.attempt_keys or ctx.stored_keys is None:
+        return
+    replace = set(ctx.unit.get("replace", ()))
+    model = (ctx.run_fields.get("model_name"), ctx.run_fields.get("checkpoint_id"))
+    mine = np.concatenate(ctx.attempt_keys)
+    from ..committer import SOURCE_FORMAT as RUNNER_FORMAT
+    for run_id, fmt, *run_model in ctx.known_runs.get(ctx.experiment, ()):
+        if run_id in replace or tuple(run_model) != model:
+            continue
+        theirs = ctx.stored_keys(run_id)
+        if _within(mine, theirs):
+            raise _AlreadyPresent(run_id, len(mine))
+        if len(theirs) and _within(theirs, mine):
+            key = "overlaps" if fmt == RUNNER_FORMAT else "replaces_subset"
+            ctx.provenance.setdefault(key, []).append(run_id)
+    if ctx.provenance.get("replaces_subset"):
+        ctx.unit["replace"] = sorted(replace | set(ctx.provenance["replaces_subset"]))
 
 
 def _finish_unit(ctx: UnitContext, reader, sha: str, started: datetime):
@@ -490,6 +602,10 @@ def _finish_unit(ctx: UnitContext, reader, sha: str, started: datetime):
     for table, tab in ctx.held:
         yield table, ctx.run_id, tab
     ctx.held.clear()
+    rest = list(ctx.sink.flush())
+    for table, tab in rest:
+        _note(ctx, table, tab)
+    _same_attempts(ctx)
     prov = {"ingest": {"reader": reader.name, "load_id": ctx.load_id,
                        "companions": [str(c) for c in ctx.companions]}}
     prov.update(ctx.provenance)
@@ -503,6 +619,6 @@ def _finish_unit(ctx: UnitContext, reader, sha: str, started: datetime):
             row[k] = v
     ctx.sink.add("runs", row)
     # runs last: every other table first, then the runs row
-    batches = ctx.sink.flush()
+    batches = rest + list(ctx.sink.flush())
     for table, tab in sorted(batches, key=lambda b: b[0] == "runs"):
         yield table, ctx.run_id, tab

@@ -15,7 +15,8 @@ column holds (see v4.py), which makes an ingested record dump back JSON-equal to
 * ``final`` = the ``terminal`` observation's payload, else the last step's environment answer when it is done,
   else (runner rows without either) one built from the episode's outcome columns.
 * ``provenance`` = the record's own (source_extra), else the run's first record's (``runs.provenance.v4``), else
-  one built from the ``runs`` columns.
+  one built from the ``runs`` columns, with the server URLs the runner recorded (``runs.provenance`` model /
+  environment ``base_url``, else ``runs.config``; ``embedded`` for the in-process server; never credentials).
 """
 
 from __future__ import annotations
@@ -184,12 +185,21 @@ def _provenance(ep: _Episode, res: dict):
     r = ep.run or {}
     cfg = _loads(r.get("config")) or {}
     model_cfg = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
-    sampling = {k: model_cfg.get(k) for k in ("temperature", "max_tokens", "top_p", "send_seed", "tool_choice",
-                                              "extra_body") if k in model_cfg}
+    env_cfg = cfg.get("environment") if isinstance(cfg.get("environment"), dict) else {}
+    # the base URLs the runner recorded (runs.provenance, credentials stripped), else the config's
+    from ..config import public_url
+
+    rp = ep.run_prov if isinstance(ep.run_prov, dict) else {}
+    run_model, run_env = (p if isinstance(p, dict) else {} for p in (rp.get("model"), rp.get("environment")))
+    model_url, env_url = run_model.get("base_url", model_cfg.get("base_url")), run_env.get("base_url", env_cfg.get("url"))
+    flat = {**model_cfg, **(model_cfg.get("sampling") if isinstance(model_cfg.get("sampling"), dict) else {})}
+    sampling = {k: flat[k] for k in ("temperature", "max_tokens", "top_p", "send_seed", "tool_choice", "extra_body")
+                if k in flat}  # the config's model.sampling.* (older configs: model.*), as the SQL export reads it
     return {"model": {"provider": "openai_compatible", "model": r.get("model_name"),
-                      "base_url": model_cfg.get("base_url"), "checkpoint_id": r.get("checkpoint_id"),
+                      "base_url": model_url and public_url(model_url), "checkpoint_id": r.get("checkpoint_id"),
                       "sampling": sampling},
-            "environment": {"adapter": "shopsimulator_http", "base_url": r.get("environment_mode"),
+            "environment": {"adapter": "shopsimulator_http",
+                            "base_url": public_url(env_url) if env_url else r.get("environment_mode"),
                             "persona": ep.episode.get("persona") is not None, "interaction_mode": "single_turn",
                             "environment_version": r.get("environment_version"),
                             "observation_version": r.get("observation_version")},

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import orjson
 
+from .. import run_identity as identity
 from ..schema import TABLES
 from ..warehouse import stage_parquet_tables
 from ._episode_index import EpisodeIndex
@@ -71,10 +72,12 @@ def sniff(head: bytes, path: Path) -> int:
 
 
 def companions(path: Path) -> list[Path]:
-    """``manifest.json`` / ``summary.json`` beside a ``traces.jsonl``: part of the unit (hashed with it)."""
+    """``manifest.json`` / ``summary.json`` (and a gate run's ``mask_assignments.json``) beside a ``traces.jsonl``:
+    part of the unit (hashed with it)."""
     if not path.name.startswith("traces."):
         return []
-    return [p for p in (path.parent / "manifest.json", path.parent / "summary.json") if p.is_file()]
+    return [p for p in (path.parent / "manifest.json", path.parent / "summary.json",
+                        path.parent / "mask_assignments.json") if p.is_file()]
 
 
 def _jb(obj) -> bytes | None:
@@ -99,6 +102,8 @@ class _State:
         # chunk's only, ``prior`` the attempts its episodes had in earlier chunks (counted in ``attempts``)
         self.seen: EpisodeIndex | None = None
         self.prior: dict[str, int] = {}
+        # episode -> (attempt, line, offset, goal fields stripped) of its first completed record in this chunk
+        self.done: dict[str, tuple[int, int, int, int]] = {}
 
 
 PIPELINE_MIN_BYTES = 64 * 1024 * 1024
@@ -154,19 +159,57 @@ def _end_chunk(st: _State) -> None:
     """Serial path: this chunk's episodes into the index (made at the first chunk's end); start the next."""
     if st.seen is None:
         st.seen = EpisodeIndex()
-    st.seen.add({e: n - st.prior.get(e, 0) for e, n in st.attempts.items()}, st.fid, st.prior)
-    st.attempts, st.fid, st.prior = {}, {}, {}
+    st.seen.add({e: n - st.prior.get(e, 0) for e, n in st.attempts.items()}, st.fid, st.prior, st.done)
+    st.attempts, st.fid, st.prior, st.done = {}, {}, {}, {}
 
 
-def _next_attempt(st: _State, eid: str) -> int:
-    """The attempt number of ``eid``'s next record in this file (a worker's: within its chunk)."""
+def _known(st: _State, eid: str) -> int:
+    """The attempts ``eid`` had so far in this file (a worker's: within its chunk); registers the episode."""
     n = st.attempts.get(eid)
     if n is None:
         n = 0
         if st.seen is not None and (p := st.seen.prior((eid,))):
             n = st.prior[eid] = p[eid]
-    st.attempts[eid] = n + 1
-    return n + 1
+        st.attempts[eid] = n
+    return n
+
+
+def _next_attempt(st: _State, eid: str) -> int:
+    """The attempt number of ``eid``'s next record in this file (a worker's: within its chunk)."""
+    n = _known(st, eid) + 1
+    st.attempts[eid] = n
+    return n
+
+
+def is_completed(rec: dict) -> bool:
+    """The ShopSimRL store's complete record (``RunStore.is_complete``): status completed and ``final.done`` true
+    (``validate`` has checked the schema version)."""
+    final = rec.get("final")
+    return rec.get("status") == "completed" and isinstance(final, dict) and final.get("done") is True
+
+
+def _completed_before(st: _State, eid: str) -> bool:
+    """Whether an earlier line of this file (a worker's: of its chunk) holds a completed record of ``eid``."""
+    if eid in st.done:
+        return True
+    if st.seen is None:
+        return False
+    _known(st, eid)
+    counts = st.seen.repeats.get(eid)
+    return bool(counts and counts[4])
+
+
+DUPLICATE_COMPLETED = ("episode {} already has a completed record earlier in this file; ShopSimRL refuses a "
+                       "second one (unique_traces: duplicate completed trace): the first is kept, this line is not "
+                       "stored")
+
+
+def duplicate_completed(ctx: UnitContext, fid: dict, eid: str, line: int, offset: int) -> None:
+    """A second completed record of ``eid``: one ``ingest_errors`` row, counted as a dropped record of it."""
+    ctx.error(line, offset, "duplicate_completed", DUPLICATE_COMPLETED.format(eid))
+    counts = fid.setdefault(eid, [0, 0, 0])
+    counts[0] += 1
+    counts[2] += 1
 
 
 def _parse(ctx: UnitContext, st: _State, lines, offset_base: int = 0):
@@ -200,8 +243,15 @@ def _parse(ctx: UnitContext, st: _State, lines, offset_base: int = 0):
                 st.file_total += 1
                 st.file_dropped += 1
             continue
+        done = is_completed(rec)
+        if done and _completed_before(st, eid):
+            duplicate_completed(ctx, st.fid, eid, line_no, offset)
+            continue
         attempt = _next_attempt(st, eid)
+        goals = st.goals[0]
         _emit(ctx, st, rec, eid, attempt, task_id, sample_id)
+        if done:
+            st.done[eid] = (attempt, line_no, offset, st.goals[0] - goals)
         fid = st.fid.setdefault(eid, [0, 0, 0])
         fid[0] += 1
         fid[1] += 1
@@ -295,6 +345,28 @@ def _sidecars(ctx: UnitContext) -> None:
             ctx.experiment = ctx.path.parent.name
     if isinstance(plan, dict) and isinstance(plan.get("jobs"), list):
         ctx.run_fields["planned_episodes"] = len(plan["jobs"])
+    _sidecar_identity(ctx)
+
+
+def _sidecar_identity(ctx: UnitContext) -> None:
+    """The run identity from manifest.json (docs/gate.md); a gate run's mask assignments, compacted."""
+    if "mask_assignments" in ctx.provenance:
+        ctx.provenance["mask_assignments"] = identity.mask_assignments(ctx.provenance["mask_assignments"])
+    man = ctx.provenance.get("manifest")
+    if man is None:
+        return
+    fields, problem = identity.plan_identity(man)
+    if problem:
+        ctx.error(None, None, "manifest_not_used", problem, source_file=str(ctx.path.parent / "manifest.json"),
+                  rejected=False)
+    _set_identity(ctx, fields)
+
+
+def _set_identity(ctx: UnitContext, fields: dict | None) -> None:
+    if fields is not None:
+        ctx.run_fields["identity"] = fields
+        ctx.run_fields["fingerprint_fields"] = canonical(fields).decode()
+        ctx.run_fields["fingerprint"] = identity.fingerprint(fields)
 
 
 def _run_fields(ctx: UnitContext, st: _State, prov: dict, job: dict) -> None:
@@ -315,7 +387,9 @@ def _run_fields(ctx: UnitContext, st: _State, prov: dict, job: dict) -> None:
     put("checkpoint_id", model.get("checkpoint_id"))
     put("prompt_version", prompt.get("prompt_version"))
     put("prompt_hash", prompt.get("system_prompt_sha256"))
-    put("skill_bank_hash", skills.get("sha256") or skills.get("curriculum_state_id"))
+    bank = skills.get("bank") if isinstance(skills.get("bank"), dict) else {}  # AssignedSkillProvider's bank
+    put("skill_bank_hash", skills.get("sha256") or skills.get("bank_sha256") or skills.get("curriculum_state_id")
+        or bank.get("bank_sha256") or bank.get("pool_sha256"))
     put("environment_mode", env.get("base_url"))
     if env.get("adapter") == "shopsimulator_http":
         put("environment_dialect", "canonical")
@@ -326,6 +400,7 @@ def _run_fields(ctx: UnitContext, st: _State, prov: dict, job: dict) -> None:
     lim = runtime.get("max_steps")
     put("action_limit", lim if isinstance(lim, int) and not isinstance(lim, bool) else None)
     put("split", job.get("split"))
+    _set_identity(ctx, identity.with_provenance(rf.get("identity"), prov))
     st.need_fields = rf.get("environment_version") is None or rf.get("model_name") is None and "model" in prov
 
 

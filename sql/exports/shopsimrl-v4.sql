@@ -325,17 +325,25 @@ provenance AS (
         CASE WHEN json_type(provenance, '$.v4') = 'OBJECT' AND json_exists(provenance, '$.v4.record_provenance')
              THEN CAST(json_extract(provenance, '$.v4.record_provenance') AS VARCHAR) END AS recorded,
         '{"provider":"openai_compatible","model":' || coalesce(CAST(to_json(model_name) AS VARCHAR), 'null')
-        || ',"base_url":' || coalesce(CASE WHEN json_type(config, '$.model') = 'OBJECT'
+        -- the server URLs the runner recorded (runs.provenance, credentials already stripped), else the config's
+        || ',"base_url":' || coalesce(CAST(to_json(json_extract_string(provenance, '$.model.base_url')) AS VARCHAR),
+                                      CASE WHEN json_type(config, '$.model') = 'OBJECT'
                                            THEN CAST(json_extract(config, '$.model.base_url') AS VARCHAR) END, 'null')
         || ',"checkpoint_id":' || coalesce(CAST(to_json(checkpoint_id) AS VARCHAR), 'null')
+        -- sampling as the config holds it (model.sampling.*; older configs: model.*)
         || ',"sampling":{' || CASE WHEN json_type(config, '$.model') = 'OBJECT' THEN concat_ws(',',
-            '"temperature":' || CAST(json_extract(config, '$.model.temperature') AS VARCHAR),
-            '"max_tokens":' || CAST(json_extract(config, '$.model.max_tokens') AS VARCHAR),
-            '"top_p":' || CAST(json_extract(config, '$.model.top_p') AS VARCHAR),
+            '"temperature":' || CAST(coalesce(json_extract(config, '$.model.sampling.temperature'),
+                                              json_extract(config, '$.model.temperature')) AS VARCHAR),
+            '"max_tokens":' || CAST(coalesce(json_extract(config, '$.model.sampling.max_tokens'),
+                                             json_extract(config, '$.model.max_tokens')) AS VARCHAR),
+            '"top_p":' || CAST(coalesce(json_extract(config, '$.model.sampling.top_p'),
+                                        json_extract(config, '$.model.top_p')) AS VARCHAR),
             '"send_seed":' || CAST(json_extract(config, '$.model.send_seed') AS VARCHAR),
             '"tool_choice":' || CAST(json_extract(config, '$.model.tool_choice') AS VARCHAR),
             '"extra_body":' || CAST(json_extract(config, '$.model.extra_body') AS VARCHAR)) ELSE '' END || '}}' AS model,
-        ',"base_url":' || coalesce(CAST(to_json(environment_mode) AS VARCHAR), 'null') AS environment_url,
+        ',"base_url":' || coalesce(CAST(to_json(coalesce(json_extract_string(provenance, '$.environment.base_url'),
+                                                         json_extract_string(config, '$.environment.url'),
+                                                         environment_mode)) AS VARCHAR), 'null') AS environment_url,
         ',"environment_version":' || coalesce(CAST(to_json(environment_version) AS VARCHAR), 'null')
         || ',"observation_version":' || coalesce(CAST(to_json(observation_version) AS VARCHAR), 'null') AS versions,
         '{"prompt_version":' || coalesce(CAST(to_json(prompt_version) AS VARCHAR), 'null') AS prompt,
