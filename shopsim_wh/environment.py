@@ -20,7 +20,9 @@ releases the slot and reports a zero-reward terminal itself); its ``reward`` is 
 
 The private goal never leaves this module: a terminal answer's ``goal`` is reduced to
 ``right_product`` (purchased asin equals the goal's; else ``reward_detail.target_asin_match``), and
-the payloads kept for storage drop ``env_idx``, ``lease_id``, ``goal`` and the private reset fields.
+the payloads kept for storage drop ``env_idx``, ``lease_id``, ``goal`` and the private reset fields. With
+``persona`` off (``environment.persona: false``) neither does the persona: the reset's ``user_persona``, which
+shop_env sends whatever ``if_persona`` says, is dropped here, so no prompt renders it and nothing stores it.
 ``close`` releases the slot and is idempotent.
 
 Faults (docs/reliability.md): a request that got no usable answer (connection refused or reset, timeout,
@@ -44,6 +46,7 @@ from typing import Any
 
 import httpx
 
+from .config import public_url
 from .errors import (
     EnvironmentError_,
     EnvProtocolError,
@@ -57,6 +60,7 @@ KNOWN_OBSERVATION_VERSIONS = frozenset({OBSERVATION_VERSION})
 TERMINATION_REASONS = ("action_limit", "generation_length")
 LEASE_FIELDS = frozenset({"env_idx", "lease_id"})
 PRIVATE_FIELDS = frozenset({"goal", "private_task_instruction", "goal_options", "reason_key"})
+PERSONA_FIELDS = frozenset({"user_persona"})
 PRIMARY_REWARD = {"shop_env": "r_strict", "pi-slime": "r_loose"}
 ENV_RETRIES = 4  # retries of one request that got no usable answer (when retrying is safe, see above)
 ENV_BACKOFF_S = 0.1  # base of the jittered exponential backoff between them (capped at ENV_BACKOFF_CAP_S)
@@ -104,6 +108,13 @@ class EnvStep:
 
 def public(payload: dict, hidden: frozenset = LEASE_FIELDS | PRIVATE_FIELDS) -> dict:
     return {k: v for k, v in payload.items() if k not in hidden}
+
+
+def hidden_fields(persona: bool) -> frozenset:
+    """The answer fields an adapter never passes on: the lease, the private goal and, when the run asked for no
+    persona (``if_persona: false``), the persona: shop_env sends the goal's ``user_persona`` with every reset
+    whatever ``if_persona`` says, and what is not passed on is neither rendered into a prompt nor stored."""
+    return LEASE_FIELDS | PRIVATE_FIELDS | (frozenset() if persona else PERSONA_FIELDS)
 
 
 def right_product(goal: Any, purchase: Any, detail: Any) -> bool | None:
@@ -176,7 +187,7 @@ async def send_with_retries(client: httpx.AsyncClient, endpoint: str, body: dict
                 if not safe else "")
             raise EnvUnavailable(
                 f"environment {what}: {problem}{tried}{applied}; the episode is recorded as failed and re-run from "
-                f"reset: check that the server at {client.base_url} is up and healthy", applied_maybe=not never_sent)
+                f"reset: check that the server at {public_url(str(client.base_url))} is up and healthy", applied_maybe=not never_sent)
         await asyncio.sleep(_backoff(attempt, retry_after))
     raise AssertionError("unreachable")
 
@@ -191,24 +202,24 @@ async def read_health(client: httpx.AsyncClient, dialect: str) -> dict:
             doc = resp.json()
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             if attempt == ENV_RETRIES:
-                raise EnvUnreachable(f"environment server at {client.base_url} refused the connection "
+                raise EnvUnreachable(f"environment server at {public_url(str(client.base_url))} refused the connection "
                                      f"({type(exc).__name__}: {exc}): start it (python -m shop_env.pack_api, or "
                                      "`shopsim-wh sim serve`) or fix environment.url in the config",
-                                     url=str(client.base_url)) from None
+                                     url=public_url(str(client.base_url))) from None
         except (httpx.HTTPError, ValueError) as exc:
             if attempt == ENV_RETRIES:
-                raise EnvProtocolError(f"environment healthz at {client.base_url}: {type(exc).__name__}: {exc}; start "
+                raise EnvProtocolError(f"environment healthz at {public_url(str(client.base_url))}: {type(exc).__name__}: {exc}; start "
                                        "the server (python -m shop_env.pack_api) or fix environment.url") from None
         else:
             if resp.status_code not in RETRY_STATUSES or attempt == ENV_RETRIES:
                 break
         await asyncio.sleep(_backoff(attempt, None))
     if resp.status_code != 200 or not isinstance(doc, dict):
-        raise EnvProtocolError(f"environment healthz at {client.base_url}: HTTP {resp.status_code}: {str(doc)[:200]}")
+        raise EnvProtocolError(f"environment healthz at {public_url(str(client.base_url))}: HTTP {resp.status_code}: {str(doc)[:200]}")
     version = doc.get("observation_version")
     if version not in KNOWN_OBSERVATION_VERSIONS:
         raise ObservationVersionError(
-            f"environment at {client.base_url} speaks observation_version {version!r}; shopsim-wh knows "
+            f"environment at {public_url(str(client.base_url))} speaks observation_version {version!r}; shopsim-wh knows "
             f"{sorted(KNOWN_OBSERVATION_VERSIONS)}: upgrade shopsim-wh or point environment.url at a compatible server")
     return doc
 
@@ -224,6 +235,7 @@ class ShopEnvAdapter:
         self.client = client
         self.idempotent = idempotent  # the server honours request_id (GET /healthz: idempotency_keys)
         self.persona = persona
+        self.hidden = hidden_fields(persona)
         self.interaction_mode = interaction_mode
         self.timeout_s = timeout_s
         self.endpoint = endpoint
@@ -233,7 +245,7 @@ class ShopEnvAdapter:
         self.observation_version: str | None = None
 
     def identity(self) -> dict:
-        return {"adapter": "shopsim-wh-shop_env", "base_url": str(self.client.base_url).rstrip("/"),
+        return {"adapter": "shopsim-wh-shop_env", "base_url": public_url(str(self.client.base_url)),
                 "persona": self.persona, "interaction_mode": self.interaction_mode,
                 "environment_version": self.environment_version, "observation_version": self.observation_version}
 
@@ -272,9 +284,9 @@ class ShopEnvAdapter:
             raise EnvProtocolError("environment reset: the answer has no task_instruction")
         self.environment_version = res.get("environment_version")
         self.observation_version = res["observation_state"]["observation_version"]
-        payload = public(res)
+        payload = public(res, self.hidden)
         return EnvStep(res["observation"], res["observation_state"], payload,
-                       task_instruction=res["task_instruction"], persona=res.get("user_persona"))
+                       task_instruction=res["task_instruction"], persona=payload.get("user_persona"))
 
     def _to_step(self, res: dict) -> EnvStep:
         fb = res.get("action_feedback") if isinstance(res.get("action_feedback"), dict) else {}
@@ -284,7 +296,7 @@ class ShopEnvAdapter:
             detail = public(detail)
         purchase = res.get("purchase") if isinstance(res.get("purchase"), dict) and res.get("purchase") else None
         valid = fb.get("valid")
-        payload = public(res)
+        payload = public(res, self.hidden)
         if detail is not None:
             payload["reward_detail"] = detail
         return EnvStep(
@@ -335,6 +347,7 @@ class PiSlimeAdapter:
                  endpoint: str = "api/shop_agent"):
         self.client = client
         self.persona = persona
+        self.hidden = hidden_fields(persona)
         self.timeout_s = timeout_s
         self.endpoint = endpoint
         self.session_id = uuid.uuid4().hex
@@ -342,7 +355,7 @@ class PiSlimeAdapter:
         self.released = False
 
     def identity(self) -> dict:
-        return {"adapter": "shopsim-wh-pi-slime", "base_url": str(self.client.base_url).rstrip("/"),
+        return {"adapter": "shopsim-wh-pi-slime", "base_url": public_url(str(self.client.base_url)),
                 "persona": self.persona, "interaction_mode": "single_turn",
                 "environment_version": None, "observation_version": None}
 
@@ -353,7 +366,7 @@ class PiSlimeAdapter:
                                           timeout=timeout)
         except httpx.HTTPError as exc:
             raise EnvProtocolError(f"environment {what}: {type(exc).__name__}: {exc}; is the server at "
-                                   f"{self.client.base_url} up?") from exc
+                                   f"{public_url(str(self.client.base_url))} up?") from exc
         try:
             doc = resp.json()
         except ValueError:
@@ -390,7 +403,7 @@ class PiSlimeAdapter:
         res = await self._call({"action": "reset", "idx": task_id}, "reset")
         self.env_idx = res["env_idx"]
         text = res.get("instruction", "")
-        return EnvStep(text, self.parse_state(text), public(res), task_instruction=None)
+        return EnvStep(text, self.parse_state(text), public(res, self.hidden), task_instruction=None)
 
     def _to_step(self, res: dict) -> EnvStep:
         done = bool(res.get("done"))
@@ -401,7 +414,7 @@ class PiSlimeAdapter:
         if detail:
             detail = {k: (float(v) if isinstance(v, bool) else v) for k, v in public(detail).items()}
         purchase = res.get("purchase") if isinstance(res.get("purchase"), dict) and res.get("purchase") else None
-        payload = public(res)
+        payload = public(res, self.hidden)
         if detail is not None:
             payload["reward_detail"] = detail
         return EnvStep(

@@ -14,12 +14,13 @@ A 200 answer is checked against the tool protocol the way ShopSimRL's client doe
 checks matters: the first failing check names the error). A response that breaks it is not an
 exception: the output carries ``protocol_error`` ``{code, message}`` (or ``policy_failure`` with
 code ``generation_length`` when the generation hit ``max_tokens`` without exactly one call) and the
-runtime turns it into feedback for the model. Codes: ``invalid_json_response``,
-``invalid_response_body``, ``missing_choices``, ``invalid_choice``, ``invalid_message``,
-``invalid_tool_calls``, ``invalid_tool_call``, ``missing_function``, ``missing_tool_call_id``,
-``missing_tool_name``, ``invalid_arguments_type``, ``invalid_arguments_json``,
-``invalid_arguments_object``, ``unavailable_tool``, ``tool_call_count``, ``mixed_content``,
-``empty_response``. ``tool_calls`` holds the calls parsed before the failing check.
+runtime turns it into feedback for the model. The codes are the constants of :mod:`protocol_codes`
+(ShopSimRL's own, in the order of the checks: ``invalid_json_response``, ``invalid_response_body``,
+``missing_choices``, ``invalid_choice``, ``invalid_message``, ``invalid_tool_calls``, ``invalid_tool_call``,
+``missing_function``, ``missing_tool_call_id``, ``missing_tool_name``, ``invalid_arguments_type``,
+``invalid_arguments_json``, ``invalid_arguments_object``, ``unavailable_tool``, then ``generation_length``,
+``tool_call_count``, ``mixed_content``, ``empty_response``). ``tool_calls`` holds the calls parsed before the
+failing check.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from typing import Any
 
 import httpx
 
+from . import protocol_codes as pc
+from .config import public_url
 from .errors import ModelHTTPError, ModelUnavailable
 
 RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
@@ -148,7 +151,7 @@ class ChatModel:
                     try:
                         doc = resp.json()
                     except ValueError as exc:
-                        return _rejected_output({"text": resp.text[:4000]}, latency_ms, "invalid_json_response",
+                        return _rejected_output({"text": resp.text[:4000]}, latency_ms, pc.INVALID_JSON_RESPONSE,
                                                 f"model response is not valid JSON: {exc}")
                     return parse_response(doc, latency_ms, require_tool_call=bool(tools), allowed_tools=allowed)
                 text = self._mask(resp.text[:500])
@@ -159,7 +162,7 @@ class ChatModel:
             if attempt < self.max_retries:
                 await asyncio.sleep(self._delay(attempt, retry_after))
         raise ModelUnavailable(
-            f"model server at {self.client.base_url} failed {self.max_retries + 1} times (last: {self._mask(last)}); "
+            f"model server at {public_url(str(self.client.base_url))} failed {self.max_retries + 1} times (last: {self._mask(last)}); "
             "check that it is up, or raise model.max_retries"
         )
 
@@ -224,54 +227,54 @@ def parse_response(doc: Any, latency_ms: float, *, require_tool_call: bool = Tru
         return out
 
     if not is_doc:
-        return reject("invalid_response_body", "model response body must be a JSON object")
+        return reject(pc.INVALID_RESPONSE_BODY, "model response body must be a JSON object")
     choices = doc.get("choices")
     if not isinstance(choices, list) or not choices:
-        return reject("missing_choices", "model response has no choices")
+        return reject(pc.MISSING_CHOICES, "model response has no choices")
     choice = choices[0]
     if not isinstance(choice, dict):
-        return reject("invalid_choice", "model response choice must be an object")
+        return reject(pc.INVALID_CHOICE, "model response choice must be an object")
     out.finish_reason = choice.get("finish_reason")
     msg = choice.get("message")
     if not isinstance(msg, dict):
-        return reject("invalid_message", "model response choice has no message object")
+        return reject(pc.INVALID_MESSAGE, "model response choice has no message object")
     out.content = _text(msg.get("content"))
     out.reasoning = _text(msg.get("reasoning_content", msg.get("reasoning")))
     raw_calls = msg.get("tool_calls")
     raw_calls = [] if raw_calls is None else raw_calls
     if not isinstance(raw_calls, list):
-        return reject("invalid_tool_calls", "model tool_calls must be a list")
+        return reject(pc.INVALID_TOOL_CALLS, "model tool_calls must be a list")
     for rc in raw_calls:
         if not isinstance(rc, dict) or rc.get("type") != "function":
-            return reject("invalid_tool_call", "tool call is not an object of type 'function'")
+            return reject(pc.INVALID_TOOL_CALL, "tool call is not an object of type 'function'")
         fn = rc.get("function")
         if not isinstance(fn, dict):
-            return reject("missing_function", "tool call has no function object")
+            return reject(pc.MISSING_FUNCTION, "tool call has no function object")
         call_id, name, raw_args = rc.get("id"), fn.get("name"), fn.get("arguments")
         if not isinstance(call_id, str) or not call_id:
-            return reject("missing_tool_call_id", "tool call has no id")
+            return reject(pc.MISSING_TOOL_CALL_ID, "tool call has no id")
         if not isinstance(name, str) or not name:
-            return reject("missing_tool_name", "tool call has no function name")
+            return reject(pc.MISSING_TOOL_NAME, "tool call has no function name")
         if not isinstance(raw_args, str):
-            return reject("invalid_arguments_type", "tool call arguments must be a JSON string")
+            return reject(pc.INVALID_ARGUMENTS_TYPE, "tool call arguments must be a JSON string")
         try:
             args = json.loads(raw_args)
         except json.JSONDecodeError as exc:
-            return reject("invalid_arguments_json", f"tool call arguments are not valid JSON: {exc}")
+            return reject(pc.INVALID_ARGUMENTS_JSON, f"tool call arguments are not valid JSON: {exc}")
         if not isinstance(args, dict):
-            return reject("invalid_arguments_object", "tool call arguments must decode to a JSON object")
+            return reject(pc.INVALID_ARGUMENTS_OBJECT, "tool call arguments must decode to a JSON object")
         out.tool_calls.append(ToolCall(call_id, name, raw_args, args))
         if allowed_tools is not None and name not in allowed_tools:
-            return reject("unavailable_tool", f"model called a tool this page does not offer: {name}")
+            return reject(pc.UNAVAILABLE_TOOL, f"model called a tool this page does not offer: {name}")
     n = len(out.tool_calls)
     if require_tool_call and out.finish_reason == "length" and n != 1:
-        return reject("generation_length", "generation reached max_tokens before returning exactly one valid tool call",
+        return reject(pc.GENERATION_LENGTH, "generation reached max_tokens before returning exactly one valid tool call",
                       policy=True)
     if require_tool_call and n != 1:
-        return reject("tool_call_count", f"model must return exactly one tool call, got {n}")
+        return reject(pc.TOOL_CALL_COUNT, f"model must return exactly one tool call, got {n}")
     if require_tool_call and out.content and out.content.strip():
-        return reject("mixed_content", "model must not mix natural-language content with an action tool call")
+        return reject(pc.MIXED_CONTENT, "model must not mix natural-language content with an action tool call")
     if not out.tool_calls and not (out.content and out.content.strip()):
-        return reject("empty_response", f"model returned neither content nor tool calls "
+        return reject(pc.EMPTY_RESPONSE, f"model returned neither content nor tool calls "
                                         f"(finish_reason={out.finish_reason!r}, reasoning_chars={len(out.reasoning or '')})")
     return out

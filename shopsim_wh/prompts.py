@@ -3,7 +3,8 @@
 The layout follows ShopSimRL's runtime (action protocol ``openai-function-tools-repair-v3``):
 
 * system = the system prompt, then ``用户个人文档：`` + the persona as sorted JSON when the reset
-  answer has one, then an optional skills block (``[可选策略提示]``, one ``<skill id=".." version="..">``
+  answer has one (with ``environment.persona: false`` it never has: the adapter drops the ``user_persona``
+  shop_env sends anyway, where ShopSimRL's runtime renders it), then an optional skills block (``[可选策略提示]``, one ``<skill id=".." version="..">``
   element per skill), sections separated by a blank line;
 * the first user message is ``购物任务：\\n{task_instruction}\\n\\n{observation}``;
 * tools come from ``observation_state`` alone: ``search(query)`` when ``search_available`` is true,

@@ -6,7 +6,8 @@ The agent protocol is ShopSimRL's ``openai-function-tools-repair-v3`` (docs/conv
 * a turn must be exactly one tool call and no visible text. A turn that is not — a model-side
   code from :func:`model.parse_response` (``invalid_arguments_json``, ``missing_function``,
   ``unavailable_tool``, ``empty_response``, ...), or the runtime's own ``tool_call_count``,
-  ``mixed_content``, ``invalid_tool_arguments`` — sends nothing to the environment: the assistant
+  ``mixed_content``, ``invalid_tool_arguments`` (all of them constants of :mod:`protocol_codes`, which gives each
+  its error-taxonomy label) — sends nothing to the environment: the assistant
   message (when it has calls) and one ``tool`` message per parsed call carrying the feedback
   ``{type: tool_protocol_error, code, message, instruction, available_tools}`` go into the
   conversation (with no parsed call: the assistant text if any, then one ``user`` feedback
@@ -31,6 +32,7 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from . import protocol_codes as pc
 from .environment import EnvStep
 from .errors import ModelHTTPError
 from .jobs import EpisodeJob
@@ -91,13 +93,15 @@ def check_turn(out: ModelOutput) -> tuple[dict | None, str | None]:
     if out.protocol_error is not None:
         return out.protocol_error, None
     if len(out.tool_calls) != 1:
-        return {"code": "tool_call_count", "message": f"model must return exactly one tool call, got {len(out.tool_calls)}"}, None
+        return {"code": pc.TOOL_CALL_COUNT,
+                "message": f"model must return exactly one tool call, got {len(out.tool_calls)}"}, None
     if out.content and out.content.strip():
-        return {"code": "mixed_content", "message": "model must not mix natural-language content with an action tool call"}, None
+        return {"code": pc.MIXED_CONTENT,
+                "message": "model must not mix natural-language content with an action tool call"}, None
     try:
         return None, environment_action(out.tool_calls[0])
     except ValueError as exc:
-        return {"code": "invalid_tool_arguments", "message": str(exc)}, None
+        return {"code": pc.INVALID_TOOL_ARGUMENTS, "message": str(exc)}, None
 
 
 def protocol_feedback(error: dict, tools: list[dict]) -> dict:

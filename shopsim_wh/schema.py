@@ -21,11 +21,18 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from .protocol_codes import CODES, GENERIC, PROTOCOL
+
 SCHEMA_VERSION = 4  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
 # 3: episodes.r_loose/r_strict/r_success/reward_derived/reset_payload; runs.primary_reward/environment_version/
 #    observation_version; observations.payload
 # 4: tables synthetic_reasoning (synth-reasoning answers) and gate_results (gate decisions)
 PARTITION_KEY = "run_id"
+_PROTOCOL_DOC = (
+    "The turn's protocol error, NULL when none. The runner (as ShopSimRL's runtime) writes "
+    + ", ".join(f"`{c.code}`" for c in CODES if c.kind == PROTOCOL)
+    + "; traces of other tools may carry " + ", ".join(f"`{c.code}`" for c in GENERIC)
+    + ". Each code's error label: view `protocol_codes` (docs/taxonomy.md).")
 # Columns written with Parquet dictionary encoding: the low-cardinality ones (ids, enums). On free text it
 # is tried, abandoned after the first dictionary page and costs time for nothing.
 DICTIONARY_COLUMNS = frozenset({
@@ -212,9 +219,10 @@ _register(_table(
     C("reasoning", S, "reasoning_content / thinking text."),
     C("content", S, "Assistant text content."),
     C("finish_reason", S, "Server finish_reason (`tool_calls`, `stop`, `length`, ...)."),
-    C("protocol_error", S, "`no_tool_call`, `multiple_tool_calls`, `invalid_arguments`, `unknown_tool` or NULL."),
+    C("protocol_error", S, _PROTOCOL_DOC),
     C("protocol_feedback", S, "Feedback text returned to the model after a protocol error."),
-    C("policy_failure", S, "`generation_length` when the model ran out of tokens without a valid call."),
+    C("policy_failure", S, "`generation_length` when the model ran out of tokens without exactly one call (the "
+                           "episode is terminated with that reason), else NULL."),
     C("intervention", S, "JSON: runtime intervention on this step (blocking/rewriting hook)."),
     C("raw_response", S, "JSON: the raw response for protocol-error and policy-failure steps."),
     C("response_id", S, "Server response id."),
@@ -239,7 +247,8 @@ _register(_table(
     C("action_type", S, "`tool_use`, `delegate`, `answer`, `terminate`."),
     C("tool_type", S, "`execution`, `agent`, `planning`."),
     C("action_valid", B, "Environment/tool accepted the action."),
-    C("feedback_code", S, "Machine-readable feedback code when invalid."),
+    C("feedback_code", S, "Machine-readable feedback code when invalid: the environment's reason, or the turn's "
+                          "`protocol_error` code on the calls of a protocol-error turn."),
     C("feedback_message", S, "Human feedback message when invalid."),
 ))
 

@@ -43,7 +43,7 @@ def build(root: Path, tmp: Path) -> dict:
         cfg = load_config(write_config(tmp / "c.yaml", tasks={"split": "train", "sample_size": 3},
                                        model={"base_url": url + "/v1", "extra_body": {"scripted_policy": {
                                            "failure_rates": {"no_tool_call": 0.2}}}},
-                                       environment={"url": url}))
+                                       environment={"url": url, "persona": True}))  # the planted persona is kept
         runner.run(cfg, str(root))
     # tau-bench: three real runs plus an exact copy of the first under another trial number (a duplicate source)
     runs = json.loads((REAL / "tau_bench" / "gpt-4o-airline.json").read_text())[:3]

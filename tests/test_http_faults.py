@@ -118,8 +118,12 @@ def test_model_faults_are_retried_and_change_nothing(tmp_path, servers, baseline
 def test_a_malformed_model_answer_is_the_turns_protocol_error(tmp_path, servers, baseline):
     """ShopSimRL's rule: a 200 that is not JSON is `invalid_json_response` fed back to the model (a turn)."""
     app, url = servers["idempotent"]
+    from shopsim_wh.sim.policy import FAILURE_KINDS
+
+    quiet = {"extra_body": {"scripted_policy": {"failure_rates": dict.fromkeys(FAILURE_KINDS, 0.0)}}}
     with FaultProxy(url + "/v1", Script([(nth("chat/completions", 2), "malformed")])) as proxy:
-        res = runner.run(_cfg(tmp_path, model_url=proxy.url), str(tmp_path / "wh"))
+        # the policy's own injected failures off: the one protocol error is the proxy's malformed answer
+        res = runner.run(_cfg(tmp_path, model_url=proxy.url, model=quiet), str(tmp_path / "wh"))
     assert res.completed == N
     con = connect(tmp_path / "wh")
     assert con.execute("select protocol_error, count(*) from steps where protocol_error is not null group by 1"

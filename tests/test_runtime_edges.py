@@ -70,7 +70,8 @@ def test_wire_format_of_a_whole_episode_and_the_goal_stops_at_the_boundary():
     assert "goal" not in payload and "lease_id" not in payload and "env_idx" not in payload
     assert payload["reward"] == terminal["reward"] and payload["reward_detail"] == terminal["reward_detail"]
     reset_payload = json.loads(rec.episode["reset_payload"])
-    assert set(reset_ans["result"]) - set(reset_payload) == {"env_idx", "lease_id"}
+    # persona off (the default): the persona shop_env sends anyway stops at the boundary too
+    assert set(reset_ans["result"]) - set(reset_payload) == {"env_idx", "lease_id", "user_persona"}
     asin = (terminal.get("purchase") or {}).get("asin")
     assert rec.episode["right_product"] == (asin is not None and asin.lower() == terminal["goal"]["asin"].lower())
     assert rec.episode["reward"] == terminal["reward"]

@@ -192,7 +192,9 @@ def _check(tap: Tap, replay: Replay, answers, rec, job, skills, max_steps):
     assert reset_req == {"action": "reset", "idx": job.task_id, "if_persona": False, "include_private_goal": False,
                          "interaction_mode": "single_turn"}
     env_answers = [{"request": req, "answer": ans["result"]} for req, _, ans in shop[1:] if req["action"] == "interact"]
-    requests, conv, (reason, last_turn) = expected_run(answers, env_answers, reset, skills, job.seed, max_steps)
+    # the persona is rendered only when the run asked for one (shop_env sends it whatever if_persona says)
+    shown = reset if reset_req["if_persona"] else {**reset, "user_persona": None}
+    requests, conv, (reason, last_turn) = expected_run(answers, env_answers, shown, skills, job.seed, max_steps)
     assert len(replay.requests) == len(requests)
     for got, want in zip(replay.requests, requests, strict=True):
         assert _feedback_free(got["messages"]) == want["messages"]

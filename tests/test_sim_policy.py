@@ -90,7 +90,7 @@ async def play(c, task_id: int, system: str, model: str = "scripted-strong", see
             try:
                 ok = len(calls) == 1 and calls[0]["function"]["name"] in names and not msg["content"]
                 args = json.loads(calls[0]["function"]["arguments"]) if ok else None
-            except ValueError:
+            except (ValueError, KeyError):  # arguments not JSON; a call without its function object
                 ok = False
             if not ok:
                 feedback = json.dumps({"type": "tool_protocol_error", "code": "tool_call_count"})
@@ -196,7 +196,14 @@ def test_each_failure_kind_at_rate_one(kind):
         enum = next((t["function"]["parameters"]["properties"]["value"]["enum"] for t in req["tools"]
                      if t["function"]["name"] == "click"), [])
         assert value not in enum
+    elif kind == "mixed_content":
+        assert len(calls) == 1 and calls[0]["function"]["name"] in offered and msg["content"].strip()
+    elif kind == "wrong_arguments":
+        assert len(calls) == 1 and len(json.loads(calls[0]["function"]["arguments"])) == 2
+    elif kind == "missing_function":
+        assert len(calls) == 1 and "function" not in calls[0] and calls[0]["type"] == "function" and msg["content"]
     else:
+        assert kind == "length"
         assert not calls and choice["finish_reason"] == "length" and msg["reasoning_content"]
 
 

@@ -16,8 +16,8 @@ Profiles (``PROFILES``; the request's ``model`` picks one):
 - ``scripted-strong``: good but fallible; picks the named value of an option axis only about half the time,
   checks prices half the time; failure injections ~1.5% of calls in total.
 - ``scripted-noisy``: random results and random clicks more often, rarely selects options; each failure kind
-  at 3-6%.
-- ``scripted-weak``: mostly random results, seldom checks anything; failures ~2% each.
+  at 2-6%.
+- ``scripted-weak``: mostly random results, seldom checks anything; failures ~2% each of the first six kinds.
 
 Skill parameters: ``p_select_options``, ``p_check_price`` (behaviour probabilities; temperature sharpens them
 toward 0/1, at temperature 0 they become ``p > 0.5``), ``p_random_result``, ``p_random_click``, ``p_inspect``
@@ -27,7 +27,9 @@ Failure kinds (``FAILURE_KINDS``), each drawn per call with its rate, first hit 
 ``no_tool_call`` (text answer, finish_reason ``stop``), ``multiple_tool_calls`` (two calls),
 ``malformed_arguments`` (arguments are not JSON), ``unknown_tool`` (a tool name not offered),
 ``invalid_click`` (well-formed ``click`` whose value is not in the enum), ``length`` (finish_reason ``length``,
-truncated reasoning, no call). At temperature 0 the profile's default rates are off; rates given explicitly in
+truncated reasoning, no call), ``mixed_content`` (the call plus visible text), ``wrong_arguments`` (JSON arguments
+with an extra key), ``missing_function`` (a sentence and a call without its ``function`` object). Each surfaces as its own
+protocol code (see ``shopsim_wh.protocol_codes``). At temperature 0 the profile's default rates are off; rates given explicitly in
 ``scripted_policy.failure_rates`` (or ``PolicyConfig.overrides``) always apply. Independently, if the reasoning
 plus call would exceed ``max_tokens`` (1 token per word), the reply is truncated with finish_reason ``length``.
 
@@ -62,7 +64,7 @@ import orjson
 from shopsim_wh.sim.shopper import Shopper, read_view
 
 FAILURE_KINDS = ("no_tool_call", "multiple_tool_calls", "malformed_arguments", "unknown_tool", "invalid_click",
-                 "length")
+                 "length", "mixed_content", "wrong_arguments", "missing_function")  # new kinds go last: see _rates
 SKILL_PARAMS = ("p_select_options", "p_check_price", "p_random_result", "p_random_click", "p_inspect")
 SELECT_OPTION_PHRASES = ("select every option", "choose the size and color options before buying")
 CHECK_PRICE_PHRASES = ("check the price", "stay under the budget")
@@ -82,6 +84,8 @@ class PolicyProfile:
 
 
 def _rates(**kw: float) -> dict[str, float]:
+    """A profile's rates, 0 for a kind not named. The draws go in FAILURE_KINDS order and stop at the first hit,
+    so a kind appended with rate 0 leaves every answer of a profile unchanged."""
     return {k: float(kw.get(k, 0.0)) for k in FAILURE_KINDS}
 
 
@@ -98,7 +102,8 @@ PROFILES: dict[str, PolicyProfile] = {
                       p_select_options=0.3, p_check_price=0.3, p_random_result=0.35, p_random_click=0.08,
                       p_inspect=0.2,
                       failure_rates=_rates(no_tool_call=0.05, multiple_tool_calls=0.04, malformed_arguments=0.05,
-                                           unknown_tool=0.03, invalid_click=0.06, length=0.02)),
+                                           unknown_tool=0.03, invalid_click=0.06, length=0.02, mixed_content=0.03,
+                                           wrong_arguments=0.03, missing_function=0.02)),
         PolicyProfile("scripted-weak", "barely competent: mostly random results, rarely checks anything",
                       p_select_options=0.1, p_check_price=0.1, p_random_result=0.7, p_random_click=0.15,
                       p_inspect=0.1,
@@ -275,8 +280,15 @@ def chat_completion(body: Any, config: PolicyConfig) -> dict:
     elif failure == "invalid_click":
         bad = next(x for x in _INVALID_VALUES if x not in view.clickables)
         calls[0]["function"].update(name="click", arguments=json.dumps({"value": bad}))
+    elif failure == "mixed_content":
+        content = f"I will {decision.name} '{decision.argument}'."
+    elif failure == "wrong_arguments":
+        calls[0]["function"]["arguments"] = json.dumps({arg_name: decision.argument, "reason": "best match"})
+    elif failure == "missing_function":  # with a sentence, as a model that half-wrote the call would
+        content = f"Calling {decision.name} now."
+        del calls[0]["function"]
     words = reasoning.split()
-    call_tokens = sum(math.ceil(len(c["function"]["arguments"]) / 4) + 3 for c in calls)
+    call_tokens = sum(math.ceil(len(c.get("function", {}).get("arguments", "")) / 4) + 3 for c in calls)
     if failure == "length":
         words = words[: max(1, len(words) // 2)]
         reasoning, calls, finish = " ".join(words), [], "length"

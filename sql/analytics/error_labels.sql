@@ -1,4 +1,5 @@
--- error_labels: every deterministic error label of every episode (rules: docs/taxonomy.md, codes: taxonomy).
+-- error_labels: every deterministic error label of every episode (rules: docs/taxonomy.md, codes: taxonomy;
+--               protocol-error and policy-failure codes map to them through protocol_codes).
 -- grain: one row per (episode, agent, step, code); episode-scope labels sit on agent 'main' at the step where
 --        the episode ended (NULL when it has no step, e.g. a reset failure)
 -- key:   (run_id, episode_id, agent_id, step_idx, code)
@@ -39,11 +40,13 @@ infra AS (
     WHERE e.status = 'failed'
 ),
 
-generation_steps AS (
-    SELECT run_id, episode_id, agent_id, min(step_idx) AS step_idx
-    FROM steps
-    WHERE policy_failure = 'generation_length'
-    GROUP BY run_id, episode_id, agent_id
+policy_steps AS (  -- each agent's first policy failure of each kind, labelled through protocol_codes
+    SELECT s.run_id, s.episode_id, s.agent_id, min(s.step_idx) AS step_idx, s.policy_failure AS detail,
+           coalesce(min(c.label), 'policy_other') AS code
+    FROM steps AS s
+    LEFT JOIN protocol_codes AS c ON c.code = s.policy_failure AND c.kind = 'policy'
+    WHERE s.policy_failure IS NOT NULL
+    GROUP BY s.run_id, s.episode_id, s.agent_id, s.policy_failure
 ),
 
 terminations AS (
@@ -57,12 +60,13 @@ terminations AS (
     WHERE e.status = 'completed' AND e.termination_reason IN ('action_limit', 'generation_length', 'protocol_budget')
     UNION ALL
     SELECT
-        g.run_id, g.episode_id, g.agent_id, g.step_idx, 'generation_length' AS code, 'policy_failure' AS detail,
-        'finish_reason = length without a valid tool call' AS evidence
-    FROM generation_steps AS g
+        g.run_id, g.episode_id, g.agent_id, g.step_idx, g.code, 'policy_failure' AS detail,
+        CASE WHEN g.detail = 'generation_length' THEN 'finish_reason = length without a valid tool call'
+             ELSE 'policy_failure = ' || g.detail END AS evidence
+    FROM policy_steps AS g
     LEFT JOIN ep AS e
         ON e.run_id = g.run_id AND e.episode_id = g.episode_id
-    WHERE coalesce(e.termination_reason, '') <> 'generation_length' OR g.agent_id <> 'main'
+    WHERE coalesce(e.termination_reason, '') <> g.code OR g.agent_id <> 'main'
 ),
 
 outcomes AS (
@@ -116,18 +120,14 @@ outcomes AS (
       AND e.r_type IS NULL AND e.r_att IS NULL AND e.r_option IS NULL AND e.r_price IS NULL
 ),
 
-protocol AS (
+protocol AS (  -- the code's label from protocol_codes; a code it does not list is protocol_other
     SELECT
-        run_id, episode_id, agent_id, step_idx,
-        'protocol_' || CASE
-            WHEN protocol_error IN ('no_tool_call', 'multiple_tool_calls', 'invalid_arguments', 'unknown_tool')
-                THEN protocol_error
-            ELSE 'other'
-        END AS code,
-        protocol_error AS detail,
-        coalesce(protocol_feedback, 'protocol error ' || protocol_error) AS evidence
-    FROM steps
-    WHERE protocol_error IS NOT NULL
+        s.run_id, s.episode_id, s.agent_id, s.step_idx, coalesce(c.label, 'protocol_other') AS code,
+        s.protocol_error AS detail,
+        coalesce(s.protocol_feedback, 'protocol error ' || s.protocol_error) AS evidence
+    FROM steps AS s
+    LEFT JOIN protocol_codes AS c ON c.code = s.protocol_error AND c.kind = 'protocol'
+    WHERE s.protocol_error IS NOT NULL
 ),
 
 invalid AS (
@@ -137,7 +137,7 @@ invalid AS (
             AS evidence
     FROM actions
     WHERE action_valid = false AND action_type = 'tool_use' AND feedback_code IS NOT NULL
-      AND feedback_code NOT IN ('no_tool_call', 'multiple_tool_calls', 'invalid_arguments', 'unknown_tool')
+      AND feedback_code NOT IN (SELECT code FROM protocol_codes WHERE kind = 'protocol')  -- a protocol error's calls
     GROUP BY run_id, episode_id, agent_id, step_idx
 ),
 
