@@ -621,6 +621,15 @@ def _window(tr: Translator, node: exp.Window) -> exp.Expression:
     return _join(win, tr.sub(agg.args.get("separator")) or exp.Literal.string(","))
 
 
+@handles("fn:list_reduce")
+def _list_reduce(tr: Translator, node: exp.Anonymous) -> exp.Expression:
+    """list_reduce(l, lambda acc, x: f, init) -> aggregate(l, init, (acc, x) -> f) (export_agent_tools' enum edits)."""
+    if len(node.expressions) != 3:
+        raise ValueError("list_reduce without an initial value has no Spark form here: pass one (aggregate needs it)")
+    values, fn, init = node.expressions
+    return tmpl("aggregate(_0, _1, _2)", tr.sub(values), tr.sub(init), tr.sub(fn))
+
+
 @handles("fn:json_array_length", "JSONArrayLength")
 def _json_array_length(tr: Translator, node: exp.Expression) -> exp.Expression:
     """json_array_length(doc, path) -> json_array_length(get_json_object(doc, path))."""

@@ -6,6 +6,7 @@ as a JSON object (not JSON text quoted again), and every tool result as often as
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -20,19 +21,57 @@ KINDS = ("sft-action", "sft-trajectory", "sft-observation", "sft-subagent", "sft
 PER_SOURCE = 2  # rows per (kind, source) rendered
 
 
-@pytest.fixture(scope="module")
-def tokenizers():
+def chat_tokenizer(name: str):
+    """A tokenizer (no model, no download) whose chat template is tests/fixtures/.../chat_templates/<name>.jinja."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    out = {}
-    for name in ("qwen2_5", "qwen3", "gptoss"):
-        core = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-        core.pre_tokenizer = pre_tokenizers.Whitespace()
-        tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", eos_token="<|im_end|>")
-        tok.chat_template = (TEMPLATES / f"{name}.jinja").read_text()
-        out[name] = tok
-    return out
+    core = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", eos_token="<|im_end|>")
+    tok.chat_template = (TEMPLATES / f"{name}.jinja").read_text()
+    return tok
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    return {name: chat_tokenizer(name) for name in ("qwen2_5", "qwen3", "gptoss")}
+
+
+def tool_definitions(text: str, template: str) -> dict[str, str]:
+    """{tool name: its definition as the rendered text shows it} from a rendered conversation; a name defined
+    twice fails. Qwen templates list one tool JSON per line inside <tools>...</tools>; gpt-oss writes a
+    TypeScript ``type NAME = (_: {...}) => any;`` per tool inside ``namespace functions {...}``."""
+    defs: list[tuple[str, str]] = []
+    if template.startswith("gptoss"):
+        if "namespace functions {" in text:
+            section = text.split("namespace functions {", 1)[1].split("} // namespace functions", 1)[0]
+            defs = [(m.group(1), m.group(0)) for m in re.finditer(r"^type (\w+) = .*?=> any;$", section, re.M | re.S)]
+    elif m := re.search(r"<tools>\n(.*?)\n</tools>", text, re.S):  # the intro names "<tools></tools>" first
+        defs = [(json.loads(line)["function"]["name"], line) for line in m.group(1).splitlines()]
+    names = [n for n, _ in defs]
+    assert len(names) == len(set(names)), f"{template}: a tool defined more than once: {sorted(names)}"
+    return dict(defs)
+
+
+def conversation(row: dict) -> tuple[list[dict], list[dict]]:
+    """(context, trained): the messages a trainer renders for a row of any kind with a `tools` column, split
+    where the trained part starts: the decision's state and action (offline-rl, reasoning-requests), prompt and
+    chosen continuation (preference), prompt and every step (prm), prompt and completion, or no context and the
+    whole conversation (sft-trajectory)."""
+    def msgs(value):
+        value = json.loads(value) if isinstance(value, str) else value
+        return [json.loads(m) if isinstance(m, str) else m for m in value or []]
+
+    if "state" in row:
+        return msgs(row["state"]), msgs(row["action"])
+    if "chosen" in row:
+        return msgs(row["prompt"]), msgs(row["chosen"])
+    if "completions" in row:
+        return msgs(row["prompt"]), [m for step in msgs(row["completions"]) for m in msgs(step)]
+    if "completion" in row:
+        return msgs(row["prompt"]), msgs(row["completion"])
+    return [], msgs(row["messages"])
 
 
 def _rows(every_kind, kind):
@@ -105,3 +144,63 @@ def test_sft_rows_render_through_the_chat_templates(every_kind, tokenizers):
     for kind in KINDS:
         for template in tokenizers:
             assert rendered[(kind, template)] > 0, (kind, template)
+
+
+ALL_TEMPLATES = tuple(sorted(p.stem for p in TEMPLATES.glob("*.jinja")))  # the training variants too
+
+
+def check_tools_render(row: dict, toks: dict, rejected: frozenset = frozenset()) -> int:
+    """Render ``row`` (any kind with a `tools` column) through every template of ``toks``: each tool name is in
+    the row's `tools` once and defined once in the text, and every enum-valued argument of a call the row trains
+    (ShopSimRL's `click` value: every turn of a trajectory-level row, the decision of a per-step row) is in that
+    tool's enum (merged over the trajectory, or the step's own) and in its rendered definition; calls whose id is
+    in ``rejected`` (refused by the environment: ``actions.action_valid`` false) are left out. Returns the
+    number of renders."""
+    tools = [json.loads(t) if isinstance(t, str) else t for t in row.get("tools") or []]
+    names = [t["function"]["name"] for t in tools]
+    assert len(names) == len(set(names)), (row["sample_id"], names)
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
+    context, trained = conversation(row)
+    messages = context + trained
+    calls = [c["function"] for m in trained if m.get("role") == "assistant" for c in m.get("tool_calls") or []
+             if c.get("id") not in rejected]  # a call the environment refused picked no offered value
+    picked = []  # (tool, argument value) of every enum-valued argument of a trained call to an offered tool
+    for fn in calls:
+        props = (schemas.get(fn["name"]) or {}).get("properties") or {}
+        for arg, value in (fn["arguments"] or {}).items():
+            enum = (props.get(arg) or {}).get("enum")
+            if enum is not None:
+                assert value in enum, (row["sample_id"], fn["name"], value, enum)
+                picked.append((fn["name"], value))
+    n = 0
+    for template, tok in toks.items():
+        if template.startswith("gptoss") and any(len(m.get("tool_calls") or []) > 1 for m in messages):
+            continue  # gpt-oss's format carries one call per assistant message
+        text = tok.apply_chat_template(messages, tools=tools or None, tokenize=False)
+        defs = tool_definitions(text, template)
+        assert sorted(defs) == sorted(names), (template, sorted(defs), names)
+        for name, value in picked:
+            assert value in defs[name], (template, name, value)
+        n += 1
+    return n
+
+
+def test_every_tools_kind_defines_each_tool_once_in_every_template(every_kind):
+    """Every kind with a `tools` column (ShopSimRL's per-page `click` schemas merged into one; docs/export.md
+    "Tool lists"), rendered through every chat template of the fixtures."""
+    toks = {name: chat_tokenizer(name) for name in ALL_TEMPLATES}
+    kinds = [k for k, (res, out) in every_kind.items() if "tools" in _columns(out) and res.rows]
+    assert {"sft-trajectory", "sft-action", "prm", "offline-rl", "kto"} <= set(kinds)  # preference: no pair here
+    merged = rendered = 0
+    for kind in kinds:
+        for row in _rows(every_kind, kind):
+            rendered += check_tools_render(row, toks)
+            click = next((json.loads(t) if isinstance(t, str) else t for t in row.get("tools") or []
+                          if (json.loads(t) if isinstance(t, str) else t)["function"]["name"] == "click"), None)
+            if click and {"next >", "< prev"} <= set(click["function"]["parameters"]["properties"]["value"]["enum"]):
+                merged += 1  # a results page's and a product page's clickables in one schema
+    assert rendered > 0 and merged > 0
+
+
+def _columns(out) -> list[str]:
+    return json.loads((out / "manifest.json").read_text())["columns"]

@@ -39,7 +39,8 @@ BATCH_ROWS = 8192
 FORMATS = ("parquet", "jsonl")
 # Building blocks every kind reads, computed once per export into TEMP tables that shadow the views (linear in the
 # warehouse: one row per message / episode / step; DuckDB spills them to disk past its memory limit).
-MATERIALIZED = ("export_episodes", "export_messages", "export_step_tools")
+# export_agent_tools (one merged schema per tool name of an agent) before export_step_tools, which reads it
+MATERIALIZED = ("export_episodes", "export_messages", "export_agent_tools", "export_step_tools")
 
 
 @dataclass

@@ -201,6 +201,32 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
 - Roles: OpenAI's `developer` is written as `system`; any other non-standard role (agent_multi_turn's
   `observation` notes) as `user`, where the model read it.
 
+## Tool lists
+
+Every kind with a `tools` column lists each tool name **once per row** (a chat template renders one definition
+per schema: four `click`s with one name is a malformed tool list a model would learn). ShopSimRL offers one
+`click` schema per page (its `value` enum lists the page's clickables), so a trajectory is offered several
+schemas under one name. The rule, by what the row trains:
+
+- **Per-step kinds** (`sft-action`, `sft-observation`, `sft-outcome`, `sft-subagent`, `sft-reasoning`, `kto`,
+  `offline-rl`, `reasoning-requests`, `preference` at step level): the schemas offered at the step being trained
+  on, in the order offered (`export_step_tools`): the model chose from exactly those values. A step's list that
+  names a tool twice keeps the first schema.
+- **Trajectory-level kinds** (`sft-trajectory`, `prm`, `preference` at trajectory level, and the `## tools`
+  section of `ntp`): one schema per name, by name (`export_agent_tools`): the first-offered schema (earliest
+  step, then position in the step's list; by `schema_hash` for a source without per-step lists) with each
+  top-level property's string `enum` replaced by the union of that property's string enums over every schema of
+  the name, values in order of first offer. One tool list serves every turn of the row, so it must admit every
+  value any turn could pick; other differences between the schemas keep the first-offered schema's. A trajectory
+  `preference` pair lists the chosen rollout's tools (the rejected rollout's own page values are not added).
+  A source that records no per-step list gets the same merged list at every step.
+- **Record kinds** (`shopsimrl-v4`, `atif`) have no `tools` column: a record keeps the per-step tools of its
+  format as they were offered, so it stays byte-equal to what `shopsim-wh dump` writes and the original
+  format's readers expect.
+
+The merge is deterministic (fixed orders, no hash-dependent grouping), so exports stay byte-reproducible; the
+union is patched into the stored parameters text, so the rest of the schema keeps its bytes.
+
 ## ntp trace format
 
 One document per agent trajectory (main agents and sub-agents separately), sections separated by a blank line:
@@ -240,7 +266,8 @@ and ShopSimRL run directories.
 ## Building blocks (`sql/exports/00_*.sql`)
 
 `export_scope` (the runs read), `export_episodes` (outcome and selection facts), `export_messages` (every agent's
-conversation as OpenAI message JSON, privacy applied), `export_step_tools` (tools offered per decision) and
+conversation as OpenAI message JSON, privacy applied), `export_agent_tools` (one merged schema per tool name of
+an agent), `export_step_tools` (tools offered per decision) and
 `export_decisions` (one row per decision with its reconstructed `prompt`, `completion`, `observation`, `tools`
 and token estimates). A kind is one `sql/exports/<kind>.sql` whose header (`-- export:`, `grain:`, `trl:`,
 `sample:`, `filters:`, `default-where:`, `description:`, optional `params:`, `materialize:`, `record:`,

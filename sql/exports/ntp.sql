@@ -7,7 +7,8 @@
 -- description: one agent trajectory as a plain-text trace document (tools, task, actions, observations, outcome) for continued pretraining
 -- The trace format (docs/export.md, "ntp trace format"):
 --   <trace source="S" episode="E" agent="A" role="R">
---   ## tools              one "- name: description" line + "  parameters: {json}" per offered tool
+--   ## tools              one "- name: description" line + "  parameters: {json}" per offered tool name
+--                        (export_agent_tools: a name offered with several schemas once, merged)
 --   ## system | ## user   each prefix message (system prompt, task)
 --   ## turn N            the assistant text; "thinking: ..." only with --include-reasoning;
 --                        one "call NAME {arguments json}" line per tool call
@@ -42,9 +43,8 @@ doc_body AS (
 tool_lines AS (
     SELECT run_id, episode_id, agent_id,
            string_agg('- ' || name || ': ' || coalesce(description, '') || chr(10) || '  parameters: ' || coalesce(parameters, '{}'),
-                      chr(10) ORDER BY name, schema_hash) AS text
-    FROM tools
-    WHERE run_id IN (SELECT run_id FROM export_scope)
+                      chr(10) ORDER BY name) AS text
+    FROM export_agent_tools  -- a name once, its schemas merged (docs/export.md, "Tool lists")
     GROUP BY run_id, episode_id, agent_id
 )
 

@@ -13,7 +13,9 @@
 -- Shape: TRL's conversational preference type with the shared prompt in its own column (`prompt`; TRL also
 -- reads the variant that folds it into chosen/rejected): prompt JSON[] the shared messages, chosen / rejected
 -- JSON[] the continuations (assistant messages, and at trajectory level the tool results between them), tools
--- JSON[] the schemas offered at the first chosen decision.
+-- JSON[] a name once: at step level the schemas offered at the chosen decision (the state, tools included, is
+-- shared), at trajectory level the chosen rollout's tools over its trajectory (export_agent_tools: a name offered
+-- with several schemas, ShopSimRL's per-page `click`, merged; the rejected rollout's own page values are not added).
 --
 -- Trajectory level (main agents of completed episodes with a reward, in scope):
 --   candidates share task_id AND prefix_key (the same global prefix: system prompt with its skills, task, first
@@ -161,6 +163,14 @@ conversations AS MATERIALIZED (
     GROUP BY m.run_id, m.episode_id
 ),
 
+trajectory_tools AS (  -- trajectory level: the chosen rollout's tools over its whole trajectory, a name once
+    SELECT t.run_id, t.episode_id, list(t.tool ORDER BY t.name) AS tools
+    FROM export_agent_tools AS t
+    SEMI JOIN pairs AS p ON p.level = 'trajectory' AND p.run_id = t.run_id AND p.episode_id = t.episode_id
+    WHERE t.agent_id = 'main'
+    GROUP BY t.run_id, t.episode_id
+),
+
 final AS (
     SELECT
         md5('preference/' || p.level || '/' || p.run_id || '/' || p.episode_id || '/' || p.agent_id || '/'
@@ -179,7 +189,7 @@ final AS (
         CASE WHEN p.level = 'step' THEN dc.prompt ELSE coalesce(cc.prefix, CAST([] AS JSON[])) END AS prompt,
         CASE WHEN p.level = 'step' THEN dc.completion ELSE coalesce(cc.turns, CAST([] AS JSON[])) END AS chosen,
         CASE WHEN p.level = 'step' THEN dr.completion ELSE coalesce(cr.turns, CAST([] AS JSON[])) END AS rejected,
-        dc.tools,
+        CASE WHEN p.level = 'step' THEN dc.tools ELSE coalesce(tt.tools, CAST([] AS JSON[])) END AS tools,
         p.chosen_value - p.rejected_value AS margin,
         p.chosen_value,
         p.rejected_value,
@@ -203,6 +213,7 @@ final AS (
     LEFT JOIN conversations AS cc ON p.level = 'trajectory' AND cc.run_id = p.run_id AND cc.episode_id = p.episode_id
     LEFT JOIN conversations AS cr
         ON p.level = 'trajectory' AND cr.run_id = p.rejected_run_id AND cr.episode_id = p.rejected_episode_id
+    LEFT JOIN trajectory_tools AS tt ON p.level = 'trajectory' AND tt.run_id = p.run_id AND tt.episode_id = p.episode_id
 )
 
 SELECT * FROM final;

@@ -23,6 +23,8 @@
 --                                 (the value is its own final reward)
 --   mc_values      DOUBLE[] the Monte-Carlo value of every step (also where a rule decided); mc_counts
 --                  INTEGER[] the number of rollouts it averages
+--   tools          JSON[] every tool the agent was offered over the trajectory, a name once (export_agent_tools:
+--                  a name offered with several schemas, ShopSimRL's per-page `click`, merged)
 -- DuckDB-specific: getvariable, list(... ORDER BY ...), to_json, arg_min.
 CREATE OR REPLACE VIEW export_prm AS
 WITH params AS (
@@ -31,7 +33,7 @@ WITH params AS (
 
 steps_labelled AS (
     SELECT
-        d.decision_id, d.run_id, d.episode_id, d.task_id, d.agent_id, d.agent_role, d.step_idx, d.prompt, d.tools,
+        d.decision_id, d.run_id, d.episode_id, d.task_id, d.agent_id, d.agent_role, d.step_idx, d.prompt,
         CAST(to_json(list_concat(d.completion, d.observation)) AS JSON) AS step_messages,
         r.rule AS rule,
         st.mc_n,
@@ -50,7 +52,7 @@ steps_labelled AS (
     WHERE d.status = 'completed' AND d.reward IS NOT NULL
 ),
 
-final AS (
+trajectories AS (
     SELECT
         md5('prm/' || run_id || '/' || episode_id || '/' || agent_id) AS sample_id,
         run_id,
@@ -64,7 +66,6 @@ final AS (
         list(label_source ORDER BY step_idx) AS label_sources,
         list(mc_value ORDER BY step_idx) AS mc_values,
         list(mc_n ORDER BY step_idx) AS mc_counts,
-        arg_min(tools, step_idx) AS tools,
         CAST(count(*) AS INTEGER) AS n_steps,
         any_value(status) AS status,
         any_value(reward) AS reward,
@@ -75,6 +76,22 @@ final AS (
         CAST(arg_min(est_tokens, step_idx) + sum(completion_tokens) AS BIGINT) AS est_tokens
     FROM steps_labelled
     GROUP BY run_id, episode_id, task_id, agent_id, agent_role
+),
+
+agent_tools AS (  -- the row trains every step: the tools of the whole trajectory, a name once (merged)
+    SELECT run_id, episode_id, agent_id, list(tool ORDER BY name) AS tools
+    FROM export_agent_tools
+    GROUP BY run_id, episode_id, agent_id
+),
+
+final AS (
+    SELECT
+        r.sample_id, r.run_id, r.episode_id, r.task_id, r.agent_id, r.agent_role, r.prompt, r.completions,
+        r.labels, r.label_sources, r.mc_values, r.mc_counts,
+        coalesce(t.tools, CAST([] AS JSON[])) AS tools,
+        r.n_steps, r.status, r.reward, r.r_success, r.import_fidelity, r.source_format, r.split, r.est_tokens
+    FROM trajectories AS r
+    LEFT JOIN agent_tools AS t ON t.run_id = r.run_id AND t.episode_id = r.episode_id AND t.agent_id = r.agent_id
 )
 
 SELECT * FROM final;

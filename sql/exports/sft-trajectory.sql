@@ -6,7 +6,9 @@
 -- default-where: status = 'completed' AND success
 -- params: export_include_reasoning, export_include_persona
 -- description: the whole conversation of one agent (global prefix and every turn, as the model saw it) with the union of the tools it was offered
--- Messages come from export_messages in order; tools are every schema offered to the agent (by name).
+-- Messages come from export_messages in order; tools are every tool offered to the agent, by name, each name
+-- once: a name offered with several schemas (ShopSimRL's per-page `click`) gets one, its enums the union of
+-- the values offered over the trajectory (export_agent_tools).
 -- DuckDB-specific: JSON[] columns.
 CREATE OR REPLACE VIEW export_sft_trajectory AS
 WITH conv AS (
@@ -16,13 +18,9 @@ WITH conv AS (
     GROUP BY run_id, episode_id, agent_id
 ),
 
-agent_tools AS (
-    SELECT
-        run_id, episode_id, agent_id,
-        list(json_object('type', 'function', 'function', json_object(
-            'name', name, 'description', description, 'parameters', json(parameters))) ORDER BY name, schema_hash) AS tools
-    FROM tools
-    WHERE run_id IN (SELECT run_id FROM export_scope)
+agent_tools AS (  -- a name once: its schemas merged (export_agent_tools; docs/export.md, "Tool lists")
+    SELECT run_id, episode_id, agent_id, list(tool ORDER BY name) AS tools
+    FROM export_agent_tools
     GROUP BY run_id, episode_id, agent_id
 )
 
