@@ -46,15 +46,19 @@ def report(
     seed: Annotated[int, typer.Option(help="Gate: bootstrap seed.")] = 0,
     fmt: Annotated[str, typer.Option("--format", "-f", help="text or json (one JSON summary object on stdout).")] = "text",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; with text, print only the output path.")] = False,
+    group_by: Annotated[str, typer.Option("--group-by", help="run: every run its own bar (default); checkpoint: pool the runs of each checkpoint (runs.checkpoint_id) into one.")] = "run",
     exports: Annotated[list[str] | None, typer.Option("--exports", help="Directory of `shopsim-wh export` shards (manifests at any depth; repeatable): list the exports of these runs.")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Write an offline HTML report: run summary, reward and success with SEM, r_* components, endings, error
-    codes by step, step and token histograms, cost, pass@k, the paired gate (--gate) and coding-agent charts.
+    """Write an offline HTML report with one section per domain (shop runs, coding-agent sessions, other traces;
+    never on shared axes): run table, reward and success with SEM per run, r_* components, endings, error codes
+    by step, step and token histograms, cost, pass@k, tools and sub-agents; the paired gate with --gate.
 
     Exit codes: 0 written (whatever the gate decided: `shopsim-wh gate` is the pass/fail check), 2 bad input."""
     if fmt not in ("text", "json"):
         raise typer.BadParameter(f"--format must be text or json, not {fmt!r}")
+    if group_by not in ("run", "checkpoint"):
+        raise typer.BadParameter(f"--group-by takes run or checkpoint, not {group_by!r}")
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -75,7 +79,8 @@ def report(
         raise ShopsimError(f"no warehouse at {root}; pass --warehouse or run `shopsim-wh run configs/demo.yaml` first")
     run_ids = [r.strip() for item in runs or [] for r in item.split(",") if r.strip()] or None
     options = {"runs": run_ids, "experiment": experiment, "gate": _parse_gate(gate), "prices": _parse_prices(price),
-               "bootstrap": bootstrap, "seed": seed, "warehouse": location(root), "exports": exports}
+               "bootstrap": bootstrap, "seed": seed, "warehouse": location(root), "exports": exports,
+               "group_by": group_by}
     with Progress(TextColumn("[bold]report[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
                   disable=quiet, transient=True) as bar:
@@ -95,9 +100,10 @@ def report(
     if summary["gate"]:
         g = summary["gate"]
         gate_line = f"; gate {g['bare_run']} vs {g['treatment_run']}: {g.get('decision') or 'refused: ' + g['error']}"
+    domains = ", ".join(f"{d} {len(r)}" for d, r in summary["domains"].items())
     typer.echo(f"wrote {summary['out']} ({summary['bytes'] / 1e6:.2f} MB, {len(summary['charts'])} charts over "
-               f"{len(summary['runs'])} run(s){gate_line}) in {summary['seconds']:.1f} s; open it in any browser, "
-               "no network needed")
+               f"{len(summary['runs'])} run(s): {domains}; series per {summary['group_by']}{gate_line}) in "
+               f"{summary['seconds']:.1f} s; open it in any browser, no network needed")
 
 
 def register(app: typer.Typer) -> None:

@@ -32,6 +32,7 @@ class Table:
     title: str
     columns: list[str]
     rows: list[dict]
+    abbreviate: bool = False  # shorten long text cells (the full value in the cell's title)
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     badge: str | None = None  # e.g. the gate's decision
+    parts: list[Section] = field(default_factory=list)  # a domain's sub-sections (runs, outcomes, ...)
 
 
 @dataclass
@@ -55,15 +57,18 @@ class Report:
     tool_version: str = __version__
     gate: dict | None = None
     seconds: float = 0.0
+    group_by: str = "run"
+    domains: dict[str, list[str]] = field(default_factory=dict)  # domain -> its run ids
 
     @property
     def charts(self) -> list[Chart]:
-        return [c for s in self.sections for c in s.charts]
+        return [c for s in self.sections for p in (s, *s.parts) for c in p.charts]
 
     def summary(self) -> dict:
         """What the CLI prints with --format json (the HTML path and size are added by the writer)."""
-        return {"runs": self.run_ids, "sections": [s.key for s in self.sections],
-                "charts": [c.key for c in self.charts], "gate": self.gate, "seconds": round(self.seconds, 3)}
+        return {"runs": self.run_ids, "group_by": self.group_by, "domains": self.domains,
+                "sections": [s.key for s in self.sections], "charts": [c.key for c in self.charts],
+                "gate": self.gate, "seconds": round(self.seconds, 3)}
 
 
 def select_runs(con: duckdb.DuckDBPyConnection, runs: list[str] | None, experiment: str | None) -> list[str]:
@@ -113,134 +118,231 @@ def _nice(x: float) -> int:
     return int(next(m * mag for m in (1, 2, 5, 10) if m * mag >= x))
 
 
-def _runs_section(con) -> Section:
-    rows = queries.rows(con, "summary")
-    cols = list(rows[0]) if rows else []
-    return Section("runs", "Runs", "One row per run: the headline figures of `run_metrics` (rewards over completed "
-                   "episodes; cost from `model_prices`, empty where the model has no price).",
-                   tables=[Table("Run summary", cols, rows)])
+@dataclass(frozen=True)
+class Domain:
+    """A kind of run that gets a section of its own (report_runs.sql decides which run is which) and the metrics
+    that apply to it: runs of different domains never share axes."""
+
+    key: str
+    title: str
+    intro: str
+    unit: str  # what one episode is called here
+    reward: bool  # reward, success and pass@k are drawn
+    components: bool  # ShopSimulator's r_* components are drawn
+    endings: bool  # termination reasons are drawn (sources that record them)
+    tools: bool  # tool calls, tool errors and sub-agents are drawn
+    colour: str  # what colours the reward bars: checkpoint_id (shop) or source (other)
+    columns: tuple[str, ...]  # the run table's columns (_run_row)
 
 
-def _outcomes_section(con) -> Section:
-    s = Section("outcomes", "Reward and success", "Means over completed episodes with error bars of one SEM "
-                "(sample standard deviation / sqrt(n)). Success is strict success (`r_success` = 1).")
-    rows = queries.rows(con, "reward_success")
-    by_run = [r for r in rows if r["level"] == "run"]
-    by_ckpt = [r for r in rows if r["level"] == "checkpoint"]
-    if not by_run:
-        s.notes.append("No completed episode with a reward in the selected runs.")
+CODING_SOURCES = ("claude-code", "agent-multi-turn")  # ingest readers of coding-agent sessions
+GROUP_BY = ("run", "checkpoint")
+DOMAINS = (
+    Domain("shop", "Shop runs (ShopSimulator)",
+           "Runs of the shopping task: the runner's and ingested ShopSimRL runs (source shopsim-wh-runner or "
+           "shopsimrl-v4, or observation_version shopping-observation-*). reward = runs.primary_reward (r_strict "
+           "for shop_env).", "episode", reward=True, components=True, endings=True, tools=False, colour="checkpoint_id",
+           columns=("run", "source", "model", "checkpoint", "split", "reward is", "completed / planned",
+                    "reward ± SEM", "success", "model steps", "tokens in / out", "USD / episode")),
+    Domain("coding", "Coding-agent sessions",
+           "Ingested coding-agent sessions (Claude Code, agent_multi_turn): no reward, so none is drawn; tool "
+           "calls, tool errors (tool_result observations with is_error), sub-agents and effort per session.",
+           "session", reward=False, components=False, endings=False, tools=True, colour="source",
+           columns=("session", "source", "model", "sessions", "sub-agents", "model steps",
+                    "tokens in / out", "USD / session")),
+    Domain("other", "Other agent traces",
+           "Every other ingested source (tau-bench's OpenAI messages, ATIF, ...): reward is each source's own task "
+           "reward, so it is drawn apart from the shop's.", "episode", reward=True, components=False,
+           endings=False, tools=True, colour="source",
+           columns=("run", "source", "model", "reward is", "completed / planned", "reward ± SEM",
+                    "success", "model steps", "tokens in / out", "USD / episode")),
+)
+
+
+def _num(v, fmt: str = ".3f") -> str | None:
+    return None if v is None else format(v, fmt)
+
+
+def _run_row(r: dict) -> dict:
+    """A summary.sql row in the run table's words: pairs that belong together share a cell (completed / planned
+    is the coverage)."""
+    reward = None if r["reward_mean"] is None else _num(r["reward_mean"]) + (
+        "" if r["reward_sem"] is None else f" ± {r['reward_sem']:.3f}")
+    tokens = None if r["tokens_in_mean"] is None else f"{r['tokens_in_mean']:,.0f} / {r['tokens_out_mean'] or 0:,.0f}"
+    cost = None if r["cost_per_episode"] is None else f"{r['cost_per_episode']:.4g}"
+    return {"run": r["run_id"], "session": r["run_id"], "source": r["source"], "model": r["model_name"],
+            "checkpoint": r["checkpoint_id"], "split": r["split"], "reward is": r["reward_meaning"],
+            "completed / planned": f"{r['completed']:,} / {r['planned'] or r['episodes']:,}",
+            "reward ± SEM": reward, "success": r["r_success_mean"], "model steps": r["mean_model_steps"],
+            "tokens in / out": tokens, "USD / episode": cost, "USD / session": cost, "sessions": r["episodes"],
+            "sub-agents": r["sub_agents"]}
+
+
+def _runs_part(con, d: Domain, group_by: str) -> Section:
+    rows = queries.rows(con, "summary", {"domain": d.key})
+    s = Section(f"{d.key}-runs", "Runs", f"One row per run, never pooled: the headline figures of `run_metrics` "
+                f"(means over completed {d.unit}s; cost from `model_prices`, empty where the model has no price). "
+                "Long ids are shortened; hover a cell for the full value.",
+                tables=[Table("", list(d.columns), [_run_row(r) for r in rows], abbreviate=True)])
+    meanings = sorted({(r["source"], r["reward_meaning"]) for r in rows if r["reward_meaning"]})
+    task_sources = {src for src, m in meanings if m == "task_reward"}  # each source's own tasks
+    if d.reward and (len({m for _, m in meanings}) > 1 or len(task_sources) > 1):
+        s.notes.append("Rewards here mean different things per source: " + "; ".join(
+            f"{src}: {m}" for src, m in meanings) + ". Compare bars of one source and meaning only.")
+    if group_by == "checkpoint":
+        pooled = con.execute("SELECT grp, grp_runs FROM report_runs WHERE domain = $domain AND grp_runs > 1 "
+                             "GROUP BY ALL ORDER BY min(pos)", {"domain": d.key}).fetchall()
+        s.notes.append("--group-by checkpoint: each chart series is a checkpoint, its runs pooled ("
+                       + (", ".join(f"{g}: {n} runs" for g, n in pooled) or "no checkpoint has two runs here")
+                       + "); a run without a checkpoint_id stays on its own.")
+    return s
+
+
+def _series(group_by: str) -> str:
+    return "checkpoint" if group_by == "checkpoint" else "run"
+
+
+def _outcomes_part(con, d: Domain, group_by: str) -> Section:
+    series = _series(group_by)
+    pooled = " (runs of a checkpoint pooled)" if group_by == "checkpoint" else ""
+    s = Section(f"{d.key}-outcomes", "Reward and success", f"Per {series}{pooled}: means over completed "
+                f"{d.unit}s with error bars of one SEM (sample standard deviation / sqrt(n)). Success is strict "
+                "success (`r_success` = 1, derived as reward >= 1 where the source reports no components).")
+    rows = queries.rows(con, "reward_success", {"domain": d.key})
+    if not rows:
+        s.notes.append(f"No completed {d.unit} with a reward in these runs.")
         return s
     s.charts.append(charts.mean_sem_bars(
-        "reward_by_run", "Reward and success by run (mean ± SEM)", by_run, "run_id", "run", "checkpoint_id",
-        "checkpoint", "mean over completed episodes (0-1)", facet="metric", offset=False))
-    s.charts.append(charts.mean_sem_bars(
-        "reward_by_checkpoint", "Reward and success by checkpoint (mean ± SEM, runs pooled)", by_ckpt,
-        "checkpoint_id", "checkpoint", "metric", "metric", "mean over completed episodes (0-1)"))
-    comps = queries.rows(con, "components")
+        f"{d.key}_reward", f"Reward and success by {series} (mean ± SEM)", rows, "grp", series, d.colour,
+        d.colour.removesuffix("_id"), "mean over completed episodes (0-1)", facet="metric",
+        columns=["grp", "checkpoint_id", "source", "runs", "metric", "n", "mean", "sem", "lo", "hi"]))
+    comps = queries.rows(con, "components", {"domain": d.key}) if d.components else []
     if comps:
         s.charts.append(charts.grouped_bars(
-            "components", "Reward components r_* by run (mean)", comps, "component", "component", "mean",
-            "mean over completed episodes that have it (0-1)", "run_id", "run", ["run_id", "component", "mean"]))
+            f"{d.key}_components", f"Reward components r_* by {series} (mean)", comps, "component", "component",
+            "mean", "mean over completed episodes that have it (0-1)", "grp", series, ["grp", "component", "mean"]))
     return s
 
 
-def _failures_section(con) -> Section:
-    s = Section("failures", "Endings and errors", "How episodes ended (`termination_shares`), and the deterministic "
-                "error labels of `error_labels` (codes: `taxonomy`, docs/taxonomy.md).")
-    term = queries.rows(con, "termination")
-    s.charts.append(charts.grouped_bars(
-        "termination", "Termination reasons by run (share of episodes)", term, "run_id", "run", "share",
-        "share of the run's episodes (0-1)", "termination", "termination", ["run_id", "termination", "episodes", "share"],
-        horizontal=True, stack=True))
-    codes = queries.rows(con, "error_codes")
+def _failures_part(con, d: Domain, group_by: str) -> Section:
+    series = _series(group_by)
+    s = Section(f"{d.key}-failures", "Endings and errors", "How episodes ended (`termination_shares`), and the "
+                "deterministic error labels of `error_labels` (codes: `taxonomy`, docs/taxonomy.md)."
+                if d.endings else "The deterministic error labels of `error_labels` (codes: `taxonomy`, "
+                "docs/taxonomy.md).")
+    p = {"domain": d.key}
+    if d.endings:
+        s.charts.append(charts.grouped_bars(
+            f"{d.key}_termination", f"Termination reasons by {series} (share of {d.unit}s)",
+            queries.rows(con, "termination", p), "grp", series, "share", f"share of the {series}'s {d.unit}s (0-1)",
+            "termination", "termination", ["grp", "termination", "episodes", "share"], stack=True))
+    codes = queries.rows(con, "error_codes", p)
     if not codes:
-        s.notes.append("No error labels in the selected runs.")
+        s.notes.append("No error labels in these runs.")
         return s
     s.charts.append(charts.grouped_bars(
-        "error_codes", "Error codes by run (episodes with the code)", codes, "code", "error code", "episodes",
-        "episodes (count)", "run_id", "run", ["run_id", "code", "category", "scope", "episodes", "labels"],
-        horizontal=True))
-    steps = queries.rows(con, "error_steps")
+        f"{d.key}_error_codes", f"Error codes by {series} ({d.unit}s with the code)", codes, "code", "error code",
+        "episodes", f"{d.unit}s (count)", "grp", series, ["grp", "code", "category", "scope", "episodes", "labels"]))
+    steps = queries.rows(con, "error_steps", p)
     if steps:
         s.charts.append(charts.heatmap(
-            "error_steps", "Where errors happen: error code by step", steps, "step_idx", "step (0-based model turn)",
-            "code", "error code", "labels", "labels (count)", ["code", "step_idx", "labels"]))
+            f"{d.key}_error_steps", "Where errors happen: error code by step", steps, "step_idx",
+            "step (0-based model turn)", "code", "error code", "labels", "labels (count)", ["code", "step_idx", "labels"]))
     return s
 
 
-def _effort_section(con) -> Section:
-    s = Section("effort", "Steps, tokens and cost", "Distributions over completed episodes of rollout runs; cost per "
-                "episode = (tokens_in x USD/Mtok in + tokens_out x USD/Mtok out) / 1e6 from `model_prices`.")
-    top = queries.scalar_row(con, "token_max")
+def _effort_part(con, d: Domain, group_by: str) -> Section:
+    series, u = _series(group_by), d.unit
+    s = Section(f"{d.key}-effort", "Steps, tokens and cost", f"Distributions over completed {u}s; cost per {u} = "
+                "(tokens_in x USD/Mtok in + tokens_out x USD/Mtok out) / 1e6 from `model_prices`.")
+    p = {"domain": d.key}
+    top = queries.scalar_row(con, "token_max", p)
     if top.get("max_steps") is not None:
         s.charts.append(charts.histogram(
-            "step_hist", "Model steps per episode", queries.rows(con, "step_hist"), "model_steps", None,
-            "model steps per episode (steps)", "episodes (count)", ["run_id", "model_steps", "episodes"]))
+            f"{d.key}_step_hist", f"Model steps per {u}", queries.rows(con, "step_hist", p), "model_steps", None,
+            f"model steps per {u} (steps)", f"{u}s (count)", series, ["grp", "model_steps", "episodes"]))
     if top.get("max_tokens"):
         width = _nice(top["max_tokens"] / 20)
         s.charts.append(charts.histogram(
-            "token_hist", f"Tokens per episode (in + out, bins of {width:,})",
-            queries.rows(con, "token_hist", {"width": width}), "bin_start", "bin_end",
-            "tokens per episode (tokens)", "episodes (count)", ["run_id", "bin_start", "bin_end", "episodes"]))
+            f"{d.key}_token_hist", f"Tokens per {u} (in + out, bins of {width:,})",
+            queries.rows(con, "token_hist", p | {"width": width}), "bin_start", "bin_end",
+            f"tokens per {u} (tokens)", f"{u}s (count)", series, ["grp", "bin_start", "bin_end", "episodes"]))
     if not s.charts:
-        s.notes.append("No completed rollout episode in the selected runs.")
-    cost = queries.rows(con, "cost")
-    priced = [dict(r, mean=r["usd_mean"], sem=r["usd_sem"], n=r["episodes"], metric="USD per episode")
-              for r in cost if r["priced"]]
-    unpriced = sorted({r["model_name"] or "(no model name)" for r in cost if not r["priced"]})
+        s.notes.append(f"No completed {u} with steps or tokens in these runs.")
+    cost = queries.rows(con, "cost", p)
+    priced = [dict(r, mean=r["usd_mean"], sem=r["usd_sem"], n=r["episodes"]) for r in cost if r["priced"]]
+    unpriced = sorted({m for r in cost if not r["priced"] for m in r["model_name"].split(", ")})
     if priced:
-        ch = charts.mean_sem_bars("cost", "Cost per episode by run (USD, mean ± SEM)", priced, "run_id", "run",
-                                  "model_name", "model", "cost per completed episode (USD)", offset=False)
-        ch.columns = ["run_id", "model_name", "episodes", "usd_mean", "usd_sem", "usd_total"]
-        s.charts.append(ch)
+        s.charts.append(charts.mean_sem_bars(
+            f"{d.key}_cost", f"Cost per {u} by {series} (USD, mean ± SEM)", priced, "grp", series, "model_name",
+            "model", f"cost per completed {u} (USD)",
+            columns=["grp", "model_name", "episodes", "usd_mean", "usd_sem", "usd_total"]))
     if unpriced:
         s.notes.append("No price for model(s) " + ", ".join(unpriced) + ": cost is left out. Price them with "
                        "`--price MODEL=USD_IN,USD_OUT` (USD per million tokens) or replace the `model_prices` view.")
     return s
 
 
-def _pass_at_k_section(con) -> Section:
-    s = Section("pass_at_k", "pass@k", "Per run, the mean over tasks of the unbiased pass@k estimator "
-                "1 - C(n-c,k)/C(n,k) and of tau-bench's pass^k (every one of k samples succeeds), for k up to "
-                "the most samples a task has.")
-    repeats = queries.scalar_row(con, "max_repeats").get("repeats")
+def _pass_at_k_part(con, d: Domain, group_by: str) -> Section:
+    series = _series(group_by)
+    s = Section(f"{d.key}-pass_at_k", "pass@k", f"Per {series}, the mean over tasks of the unbiased pass@k "
+                "estimator 1 - C(n-c,k)/C(n,k) and of tau-bench's pass^k (every one of k samples succeeds), for k "
+                "up to the most samples a task has.")
+    repeats = queries.scalar_row(con, "max_repeats", {"domain": d.key}).get("repeats")
     if not repeats:
-        s.notes.append("No task with a completed sample in the selected runs.")
+        s.notes.append("No task with a completed sample in these runs.")
         return s
-    rows = queries.rows(con, "pass_at_k", {"kmax": min(int(repeats), MAX_K)})
-    s.charts.append(charts.lines("pass_at_k", "pass@k and pass^k by run", rows, "k", "k (samples per task)",
-                                 "share of tasks (0-1)", ["pass_at_k", "pass_hat_k"],
-                                 ["run_id", "k", "tasks", "pass_at_k", "pass_hat_k"]))
+    rows = queries.rows(con, "pass_at_k", {"domain": d.key, "kmax": min(int(repeats), MAX_K)})
+    s.charts.append(charts.lines(f"{d.key}_pass_at_k", f"pass@k and pass^k by {series}", rows, "k",
+                                 "k (samples per task)", "share of tasks (0-1)", ["pass_at_k", "pass_hat_k"], series,
+                                 ["grp", "k", "tasks", "pass_at_k", "pass_hat_k"]))
     if repeats == 1:
         s.notes.append("Every task has one sample: the curve is a single point (run more repeats for pass@k).")
     return s
 
 
-def _coding_section(con) -> Section | None:
-    n = con.execute("SELECT count(*) FROM report_runs WHERE kind = 'coding'").fetchone()[0]
-    if not n:
-        return None
-    s = Section("coding", "Coding-agent sessions", f"{n} ingested session(s) without rewards (Claude Code, ATIF, "
-                "...): tool calls, tool errors (`tool_result` observations with is_error) and sub-agents.")
-    tools = queries.rows(con, "coding_tools")
+def _tools_part(con, d: Domain, group_by: str) -> Section:
+    series = _series(group_by)
+    s = Section(f"{d.key}-tools", "Tools and sub-agents", "Tool calls per tool, the share whose tool_result was an "
+                "error (is_error), and the sub-agents the episodes spawned (`ir_agents`, depth > 0) by role.")
+    p = {"domain": d.key}
+    tools = queries.rows(con, "coding_tools", p)
     if tools:
         s.charts.append(charts.grouped_bars(
-            "coding_tools", "Tool calls by tool (coding sessions)", tools, "tool_name", "tool", "calls",
-            "tool calls (count)", "run_id", "session", ["run_id", "tool_name", "tool_type", "calls", "errors",
-                                                         "error_rate"], horizontal=True, stack=True))
+            f"{d.key}_tools", f"Tool calls by tool and {series}", tools, "tool_name", "tool", "calls",
+            "tool calls (count)", "grp", series, ["grp", "tool_name", "tool_type", "calls", "errors", "error_rate"],
+            stack=True))
+    if tools and not any(r["errors"] for r in tools):
+        s.notes.append("No tool call's result reported an error (is_error) in these runs.")
+    elif tools:
         s.charts.append(charts.grouped_bars(
-            "coding_errors", "Tool error rate by tool (coding sessions)", tools, "tool_name", "tool", "error_rate",
-            "calls whose result was an error (share, 0-1)", "run_id", "session",
-            ["run_id", "tool_name", "calls", "errors", "error_rate"], horizontal=True))
-    agents = queries.rows(con, "coding_agents")
+            f"{d.key}_tool_errors", f"Tool error rate by tool and {series}", tools, "tool_name", "tool",
+            "error_rate", "calls whose result was an error (share, 0-1)", "grp", series,
+            ["grp", "tool_name", "calls", "errors", "error_rate"]))
+    else:
+        s.notes.append("No tool calls in these runs.")
+    agents = queries.rows(con, "coding_agents", p)
     if agents:
         s.charts.append(charts.grouped_bars(
-            "coding_agents", "Sub-agents by role (coding sessions)", agents, "run_id", "session", "agents",
-            "sub-agents (count)", "agent_role", "role", ["run_id", "agent_role", "agents", "steps", "tokens",
-                                                         "session_subagent_failures"], horizontal=True, stack=True))
+            f"{d.key}_agents", f"Sub-agents by {series} and role", agents, "grp", series, "agents",
+            "sub-agents (count)", "agent_role", "role", ["grp", "agent_role", "agents", "steps", "tokens",
+                                                         "series_subagent_failures"], stack=True))
     else:
-        s.notes.append("No sub-agents in the selected coding sessions.")
+        s.notes.append("No sub-agents in these runs.")
     return s
+
+
+def _domain_plan(con, d: Domain, group_by: str) -> tuple[Section, list[tuple[str, Callable]]]:
+    """The domain's section (its parts still empty) and the steps that fill it, in order."""
+    n = con.execute("SELECT count(*) FROM report_runs WHERE domain = ?", [d.key]).fetchone()[0]
+    s = Section(d.key, d.title, f"{n} run(s). {d.intro}")
+    builders = [_runs_part, *([_outcomes_part] if d.reward else []), *([_tools_part] if d.tools else []),
+                _failures_part, _effort_part, *([_pass_at_k_part] if d.reward else [])]
+    steps = []
+    for fn in builders:
+        label = f"{d.key}: " + fn.__name__.strip("_").removesuffix("_part").replace("_", " ")
+        steps.append((label, lambda c, fn=fn: s.parts.append(fn(c, d, group_by))))
+    return s, steps
 
 
 def _exports_section(manifests, run_ids: list[str]) -> Section:
@@ -258,42 +360,49 @@ def _exports_section(manifests, run_ids: list[str]) -> Section:
 def build(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None, experiment: str | None = None,
           gate: tuple[str, str] | None = None, prices: dict[str, tuple[float, float]] | None = None,
           bootstrap: int = 1000, seed: int = 0, warehouse: str = "", progress: Progress | None = None,
-          exports: list[str] | None = None) -> Report:
-    """Build the report's sections over an open connection (:func:`shopsim_wh.db.connect`).
+          exports: list[str] | None = None, group_by: str = "run") -> Report:
+    """Build the report's sections over an open connection (:func:`shopsim_wh.db.connect`): one per domain
+    present (:data:`DOMAINS`), then the gate and the exports.
 
+    ``group_by``: ``run`` (every run its own series) or ``checkpoint`` (a checkpoint's runs pooled).
     ``gate``: (bare run, treatment run) for the paired-gate section. ``prices``: model -> (USD per Mtok in, out)
     added to ``model_prices`` on this connection. ``exports``: directories (or manifest files) of
     ``shopsim-wh export`` runs; the exports that read these runs get a section of their own.
     """
     from .gate_section import gate_section
 
+    if group_by not in GROUP_BY:
+        raise ReportError(f"--group-by takes {' or '.join(GROUP_BY)}, not {group_by!r}")
     t0 = time.perf_counter()
     run_ids = select_runs(con, runs, experiment)
+    manifests = read_manifests(exports) if exports else None  # read before the work: a wrong path fails at once
     if prices:
         set_prices(con, prices)
-    queries.install_selection(con, run_ids)
-    kinds = {k for (k,) in con.execute("SELECT DISTINCT kind FROM report_runs").fetchall()}
-    rollout = [("reward and success", _outcomes_section), ("steps, tokens, cost", _effort_section),
-               ("pass@k", _pass_at_k_section)] if "rollout" in kinds else []
-    steps: list[tuple[str, Callable]] = [
-        ("runs", _runs_section), *rollout[:1], ("error labels", queries.install_labels),
-        ("endings and errors", _failures_section), *rollout[1:], ("coding sessions", _coding_section)]
+    queries.install_selection(con, run_ids, CODING_SOURCES, group_by)
+    present = dict(con.execute("SELECT domain, list(run_id ORDER BY pos) FROM report_runs GROUP BY domain").fetchall())
+    sections: list[Section] = []
+    steps: list[tuple[str, Callable]] = [("error labels", queries.install_labels)]
+    for d in DOMAINS:
+        if d.key in present:
+            sec, more = _domain_plan(con, d, group_by)
+            sections.append(sec)
+            steps += more
+    gate_info: dict | None = None
     if gate:
-        steps.insert(len(steps) - 1, ("paired gate", lambda c: gate_section(c, gate[0], gate[1], bootstrap, seed)))
-    if exports:
-        manifests = read_manifests(exports)  # read before the work: a wrong path fails at once
-        steps.append(("exports", lambda c: _exports_section(manifests, run_ids)))
-    sections, gate_info = [], None
+        def add_gate(c):
+            nonlocal gate_info
+            sec, gate_info = gate_section(c, gate[0], gate[1], bootstrap, seed)
+            sections.append(sec)
+        steps.append(("paired gate", add_gate))
+    if manifests is not None:
+        steps.append(("exports", lambda c: sections.append(_exports_section(manifests, run_ids))))
     for i, (label, fn) in enumerate(steps):
         if progress:
             progress(i, len(steps), label)
-        sec = fn(con)
-        if isinstance(sec, tuple):  # the gate section also returns its summary
-            sec, gate_info = sec
-        if sec is not None:
-            sections.append(sec)
+        fn(con)
     if progress:
         progress(len(steps), len(steps), "done")
     title = f"shopsim-wh report: {experiment}" if experiment else "shopsim-wh report"
     return Report(title, warehouse, run_ids, sections, datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                  gate=gate_info, seconds=time.perf_counter() - t0)
+                  gate=gate_info, seconds=time.perf_counter() - t0, group_by=group_by,
+                  domains={d.key: present[d.key] for d in DOMAINS if d.key in present})

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"  # an identifier vega-embed parses, never fetched
 WIDTH = 420
+BAND, MIN_H, MAX_H = 22, 44, 440  # px per bar row of a bar chart, and the least and most plot height
+PLOT_H = 180  # plot height of charts whose rows are not bars (histograms, curves, per-task deltas)
+LEGEND = {"symbolLimit": 12, "labelLimit": 180}  # more series: "... n entries", the data table has them all
 
 
 @dataclass
@@ -22,9 +25,22 @@ class Chart:
     units: dict[str, str] = field(default_factory=dict)  # column -> unit, shown in the table header
 
 
-def _spec(title: str, rows: list[dict], layers_or_mark: dict, **extra) -> dict:
+def band_height(bars: int) -> int:
+    """The plot height of a chart with ``bars`` bar rows: BAND px each, within MIN_H .. MAX_H."""
+    return max(MIN_H, min(MAX_H, bars * BAND))
+
+
+def _count(rows: list[dict], *fields: str) -> int:
+    return len({tuple(r.get(f) for f in fields) for r in rows})
+
+
+def _spec(title: str, rows: list[dict], layers_or_mark: dict, bars: int | None = None, **extra) -> dict:
+    """A top-level spec; ``bars``: the number of bar rows, which sets the height (recorded in ``usermeta``)."""
     spec = {"$schema": SCHEMA, "title": title, "data": {"values": rows}, "width": WIDTH,
-            "config": {"view": {"stroke": None}, "axis": {"labelLimit": 220}}}
+            "height": PLOT_H if bars is None else band_height(bars),
+            "config": {"view": {"stroke": None}, "axis": {"labelLimit": 220}, "legend": LEGEND}}
+    if bars is not None:
+        spec["usermeta"] = {"bars": bars}
     spec.update(layers_or_mark)
     spec.update(extra)
     return spec
@@ -42,53 +58,55 @@ def _tooltip(*fields: str) -> list[dict]:
     return [{"field": f} for f in fields]
 
 
-def mean_sem_bars(key: str, title: str, rows: list[dict], x: str, x_title: str, color: str, color_title: str,
-                  y_title: str, facet: str | None = None, offset: bool = True, units: dict | None = None) -> Chart:
-    """Bars of ``mean`` with a rule from ``lo`` to ``hi`` (mean -/+ SEM); with ``offset`` the ``color`` values sit
-    side by side within each x, else ``color`` only colours (one value per x); ``facet`` splits into columns."""
-    enc = {"x": _n(x, x_title, axis={"labelAngle": -30}), "color": _n(color, color_title)}
-    if offset:
-        enc["xOffset"] = {"field": color}
+def mean_sem_bars(key: str, title: str, rows: list[dict], y: str, y_title: str, color: str, color_title: str,
+                  x_title: str, facet: str | None = None, columns: list[str] | None = None,
+                  units: dict | None = None) -> Chart:
+    """One horizontal bar of ``mean`` per ``y`` value (in data order) with a rule from ``lo`` to ``hi``
+    (mean -/+ SEM), coloured by ``color``; ``facet`` splits into columns sharing the rows."""
+    enc = {"y": _n(y, y_title, sort=None)}
     layer = {"layer": [
-        {"mark": {"type": "bar"}, "encoding": {**enc, "y": _q("mean", y_title),
-                                                "tooltip": _tooltip(x, color, "mean", "sem", "n")}},
+        {"mark": {"type": "bar"}, "encoding": {**enc, "x": _q("mean", x_title), "color": _n(color, color_title, sort=None),
+                                                "tooltip": _tooltip(*(columns or [y, color, "mean", "sem", "n"]))}},
         {"mark": {"type": "rule", "strokeWidth": 1.5, "color": "#222"},
-         "encoding": {**{k: v for k, v in enc.items() if k != "color"}, "y": _q("lo", y_title), "y2": {"field": "hi"}}},
+         "encoding": {**enc, "x": _q("lo", x_title), "x2": {"field": "hi"}}},
     ]}
+    bars = _count(rows, y)
     if facet:
-        spec = {"$schema": SCHEMA, "title": title, "data": {"values": rows},
-                "facet": {"column": _n(facet, None)}, "spec": {"width": WIDTH // 2 - 20, **layer},
-                "resolve": {"scale": {"y": "independent"}}, "config": {"view": {"stroke": None}}}
+        spec = {"$schema": SCHEMA, "title": title, "data": {"values": rows}, "usermeta": {"bars": bars},
+                "facet": {"column": _n(facet, None)},
+                "spec": {"width": WIDTH // 2 - 20, "height": band_height(bars), **layer},
+                "config": {"view": {"stroke": None}, "axis": {"labelLimit": 220}, "legend": LEGEND}}
     else:
-        spec = _spec(title, rows, layer)
-    cols = [c for c in (x, color, facet, "n", "mean", "sem", "lo", "hi") if c] if rows else []
+        spec = _spec(title, rows, layer, bars=bars)
+    cols = columns or ([c for c in (y, color, facet, "n", "mean", "sem", "lo", "hi") if c] if rows else [])
     return Chart(key, title, spec, rows, list(dict.fromkeys(cols)), units or {})
 
 
-def grouped_bars(key: str, title: str, rows: list[dict], x: str, x_title: str, y: str, y_title: str,
-                 color: str, color_title: str, columns: list[str], horizontal: bool = False, stack: bool = False,
+def grouped_bars(key: str, title: str, rows: list[dict], cat: str, cat_title: str, value: str, value_title: str,
+                 color: str, color_title: str, columns: list[str], stack: bool = False,
                  units: dict | None = None) -> Chart:
-    cat = _n(x, x_title, sort=None, axis={"labelAngle": 0 if horizontal else -30})
-    val = _q(y, y_title, **({} if stack else {"stack": None}))
-    enc = {"color": _n(color, color_title), "tooltip": _tooltip(*columns)}
-    if horizontal:
-        enc.update({"y": cat, "x": val, **({} if stack else {"yOffset": {"field": color}})})
-    else:
-        enc.update({"x": cat, "y": val, **({} if stack else {"xOffset": {"field": color}})})
-    return Chart(key, title, _spec(title, rows, {"mark": {"type": "bar"}, "encoding": enc}), rows, columns, units or {})
+    """Horizontal bars of ``value`` per ``cat`` (in data order), one bar per ``color`` value side by side, or
+    stacked into one with ``stack``; the height follows the number of bars."""
+    enc = {"y": _n(cat, cat_title, sort=None), "x": _q(value, value_title, **({} if stack else {"stack": None})),
+           "color": _n(color, color_title, sort=None), "tooltip": _tooltip(*columns)}
+    if not stack:
+        enc["yOffset"] = {"field": color}
+    bars = _count(rows, cat) * (1 if stack else max(1, _count(rows, color)))
+    return Chart(key, title, _spec(title, rows, {"mark": {"type": "bar"}, "encoding": enc}, bars=bars), rows,
+                 columns, units or {})
 
 
 def histogram(key: str, title: str, rows: list[dict], start: str, end: str | None, x_title: str, y_title: str,
-              columns: list[str], units: dict | None = None) -> Chart:
-    """Binned counts per run, drawn as translucent bars over each other. ``end``: the bin's upper edge
-    (quantitative bins); None for integer values (one ordinal bar per value)."""
+              series_title: str, columns: list[str], units: dict | None = None) -> Chart:
+    """Binned counts per series (``grp``), drawn as translucent bars over each other. ``end``: the bin's upper
+    edge (quantitative bins); None for integer values (one ordinal bar per value)."""
     if end:
         x = _q(start, x_title, bin={"binned": True})
         extra = {"x2": {"field": end}}
     else:
         x = {"field": start, "type": "ordinal", "title": x_title, "axis": {"labelAngle": 0}}
         extra = {}
-    enc = {"x": x, **extra, "y": _q("episodes", y_title, stack=None), "color": _n("run_id", "run"),
+    enc = {"x": x, **extra, "y": _q("episodes", y_title, stack=None), "color": _n("grp", series_title, sort=None),
            "tooltip": _tooltip(*columns)}
     mark = {"type": "bar", "opacity": 0.55}
     return Chart(key, title, _spec(title, rows, {"mark": mark, "encoding": enc}), rows, columns, units or {})
@@ -99,15 +117,16 @@ def heatmap(key: str, title: str, rows: list[dict], x: str, x_title: str, y: str
     enc = {"x": {"field": x, "type": "ordinal", "title": x_title, "axis": {"labelAngle": 0}},
            "y": _n(y, y_title), "color": _q(value, value_title, scale={"scheme": "oranges"}),
            "tooltip": _tooltip(*columns)}
-    return Chart(key, title, _spec(title, rows, {"mark": {"type": "rect"}, "encoding": enc}), rows, columns)
+    spec = _spec(title, rows, {"mark": {"type": "rect"}, "encoding": enc}, bars=_count(rows, y))
+    return Chart(key, title, spec, rows, columns)
 
 
 def lines(key: str, title: str, rows: list[dict], x: str, x_title: str, value_title: str, fold: list[str],
-          columns: list[str]) -> Chart:
-    """One line per run and measure (``fold``: the columns drawn, as dash styles)."""
+          series_title: str, columns: list[str]) -> Chart:
+    """One line per series (``grp``) and measure (``fold``: the columns drawn, as dash styles)."""
     enc = {"x": {"field": x, "type": "quantitative", "title": x_title, "axis": {"tickMinStep": 1}},
-           "y": _q("value", value_title, scale={"domain": [0, 1]}), "color": _n("run_id", "run"),
-           "strokeDash": _n("measure", "measure"), "tooltip": _tooltip(x, "run_id", "measure", "value")}
+           "y": _q("value", value_title, scale={"domain": [0, 1]}), "color": _n("grp", series_title, sort=None),
+           "strokeDash": _n("measure", "measure"), "tooltip": _tooltip(x, "grp", "measure", "value")}
     spec = _spec(title, rows, {"transform": [{"fold": fold, "as": ["measure", "value"]},
                                              {"filter": "isValid(datum.value)"}],
                                "mark": {"type": "line", "point": True}, "encoding": enc})
@@ -117,7 +136,7 @@ def lines(key: str, title: str, rows: list[dict], x: str, x_title: str, value_ti
 def estimates(key: str, title: str, rows: list[dict], columns: list[str], x_title: str) -> Chart:
     """Points at ``beta`` with a rule over the confidence interval, and a zero line."""
     y = _n("name", "covariate")
-    spec = _spec(title, rows, {"layer": [
+    spec = _spec(title, rows, bars=_count(rows, "name"), layers_or_mark={"layer": [
         {"mark": {"type": "rule", "strokeWidth": 2}, "encoding": {
             "y": y, "x": _q("ci_low", x_title), "x2": {"field": "ci_high"}, "tooltip": _tooltip(*columns)}},
         {"mark": {"type": "point", "filled": True, "size": 80}, "encoding": {

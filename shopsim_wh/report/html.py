@@ -29,6 +29,9 @@ main{padding:8px 28px 40px;max-width:1320px}.charts{display:flex;flex-wrap:wrap;
 padding:4px 18px 16px;margin:18px 0}h2{font-size:18px}figure{margin:14px 0;max-width:100%}.chart{min-height:40px}
 table{border-collapse:collapse;font-size:12px;margin:6px 0}th,td{border:1px solid #d9dde2;padding:3px 7px;
 text-align:right;white-space:nowrap}th{background:#f0f2f5}td.s{text-align:left}.scroll{overflow-x:auto}
+table.runs th{white-space:normal;vertical-align:bottom}
+table.runs td.s{white-space:normal;overflow-wrap:break-word;max-width:16em}h3{font-size:15px;margin:18px 0 2px}
+.part{border-top:1px solid #e4e7eb;margin-top:10px}
 details summary{cursor:pointer;color:#52606d}.note{color:#52606d;margin:6px 0}
 .badge{display:inline-block;padding:1px 9px;border-radius:10px;font-size:13px;margin-left:8px;color:#fff}
 .badge.pass{background:#2a9d8f}.badge.fail{background:#e76f51}.badge.refused{background:#7b8794}
@@ -69,7 +72,20 @@ def _json_script(obj) -> str:
     return json.dumps(obj, allow_nan=False, default=str).replace("<", "\\u003c")
 
 
-def _cell(v) -> str:
+ABBREVIATE = 24  # longer text in a run table is shortened in the middle, the full value in the cell's title
+
+
+def _short(text: str) -> str:
+    """``text`` shortened in the middle to ABBREVIATE characters (ids differ at both ends: source and hash)."""
+    if len(text) <= ABBREVIATE:
+        return text
+    head = (ABBREVIATE - 1) // 2
+    return text[:head] + "\u2026" + text[-(ABBREVIATE - 1 - head):]
+
+
+def _cell(v, abbreviate: bool = False) -> str:
+    if abbreviate and isinstance(v, str):
+        return f'<td class=s title="{escape(v)}">{escape(_short(v))}</td>'
     if v is None:
         return "<td></td>"
     if isinstance(v, bool):
@@ -81,11 +97,13 @@ def _cell(v) -> str:
     return f"<td class=s>{escape(str(v))}</td>"
 
 
-def _table(columns: list[str], rows: list[dict], units: dict[str, str] | None = None) -> str:
+def _table(columns: list[str], rows: list[dict], units: dict[str, str] | None = None, abbreviate: bool = False) -> str:
+    """A table; ``abbreviate``: a run table, fitted to the page (text wraps, long ids shortened, see CSS)."""
     units = units or {}
     head = "".join(f"<th>{escape(c)}{escape(' (' + units[c] + ')') if c in units else ''}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(_cell(r.get(c)) for c in columns) + "</tr>" for r in rows)
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    body = "".join("<tr>" + "".join(_cell(r.get(c), abbreviate) for c in columns) + "</tr>" for r in rows)
+    cls = ' class="runs"' if abbreviate else ""
+    return f'<div class="scroll"><table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _chart(c: Chart) -> str:
@@ -96,25 +114,31 @@ def _chart(c: Chart) -> str:
             f"{_table(c.columns, c.rows, c.units)}</details></figure>")
 
 
-def _plain_table(t: Table) -> str:
-    return f"<h3>{escape(t.title)}</h3>" + (_table(t.columns, t.rows) if t.rows else '<p class="note">No rows.</p>')
+def _plain_table(t: Table, level: int) -> str:
+    rows = _table(t.columns, t.rows, abbreviate=t.abbreviate) if t.rows else '<p class="note">No rows.</p>'
+    return (f"<h{level}>{escape(t.title)}</h{level}>" if t.title else "") + rows
 
 
-def _section(s: Section) -> str:
+def _section(s: Section, level: int = 2) -> str:
+    """A section (``<section>``, h2) or one of a domain's parts (``<div class="part">``, h3)."""
     badge = f' <span class="badge {escape(s.badge)}">{escape(s.badge.upper())}</span>' if s.badge else ""
-    parts = [f'<section id="{escape(s.key)}"><h2>{escape(s.title)}{badge}</h2><p class="note">{escape(s.intro)}</p>']
+    tag = "section" if level == 2 else 'div class="part"'
+    parts = [f'<{tag} id="{escape(s.key)}"><h{level}>{escape(s.title)}{badge}</h{level}>'
+             f'<p class="note">{escape(s.intro)}</p>']
     parts += [f'<p class="note">{escape(n)}</p>' for n in s.notes]
-    parts += [_plain_table(t) for t in s.tables]
+    parts += [_plain_table(t, level + 1) for t in s.tables]
     if s.charts:
         parts.append('<div class="charts">' + "".join(_chart(c) for c in s.charts) + "</div>")
-    parts.append("</section>")
+    parts += [_section(p, level + 1) for p in s.parts]
+    parts.append("</section>" if level == 2 else "</div>")
     return "\n".join(parts)
 
 
 def render(report: Report) -> str:
     nav = "".join(f'<a href="#{escape(s.key)}">{escape(s.title)}</a>' for s in report.sections)
-    sub = (f"{len(report.run_ids)} run(s) from {escape(report.warehouse)} · generated {escape(report.generated_at)} "
-           f"by shopsim-wh {escape(report.tool_version)}")
+    per = "a checkpoint's runs pooled (--group-by checkpoint)" if report.group_by == "checkpoint" else "one series per run"
+    sub = (f"{len(report.run_ids)} run(s) from {escape(report.warehouse)}, {per} · generated "
+           f"{escape(report.generated_at)} by shopsim-wh {escape(report.tool_version)}")
     body = "\n".join(_section(s) for s in report.sections)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from importlib import resources
 
 import duckdb
@@ -33,9 +34,14 @@ def scalar_row(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = 
     return got[0] if got else {}
 
 
-def install_selection(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
-    """TEMP tables ``report_runs`` (the selected runs and their kind) and ``report_episodes``."""
-    con.execute("CREATE OR REPLACE TEMP TABLE report_runs AS " + text("report_runs"), {"run_ids": run_ids})
+def install_selection(con: duckdb.DuckDBPyConnection, run_ids: list[str], coding_sources: Sequence[str],
+                      group_by: str) -> None:
+    """TEMP tables ``report_runs`` (the selected runs, their domain and series) and ``report_episodes``."""
+    from ..export.scope import SHOP_SOURCES  # the sources whose runs are the shop's, as exports know them
+
+    con.execute("CREATE OR REPLACE TEMP TABLE report_runs AS " + text("report_runs"),
+                {"run_ids": run_ids, "shop_sources": list(SHOP_SOURCES), "coding_sources": list(coding_sources),
+                 "group_by": group_by})
     con.execute("CREATE OR REPLACE TEMP TABLE report_episodes AS " + text("report_episodes"))
 
 

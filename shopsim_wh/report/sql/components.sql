@@ -1,18 +1,28 @@
--- components: the mean of each r_* reward component per selected run (run_metrics' r_*_mean columns, long form),
--- each over the completed episodes that have it; components a run never reported are left out.
--- grain: one row per (run_id, component). key: (run_id, component)
+-- components: the mean of each r_* reward component per series (report_runs.grp) of one domain's runs
+-- ($domain), each over the completed episodes that have it (as run_metrics' r_*_mean: r_strict / r_loose /
+-- r_success derived where the source stored none); components a series never reported are left out.
+-- grain: one row per (grp, component). key: (grp, component)
 WITH m AS (
-    SELECT run_id, r_type_mean, r_att_mean, r_option_mean, r_price_mean, r_loose_mean, r_strict_mean, r_success_mean
-    FROM run_metrics
-    WHERE run_id IN (SELECT run_id FROM report_runs)
+    SELECT
+        grp,
+        min(grp_pos) AS grp_pos,
+        avg(r_type) AS r_type,
+        avg(r_att) AS r_att,
+        avg(r_option) AS r_option,
+        avg(r_price) AS r_price,
+        avg(r_loose) AS r_loose,
+        avg(r_strict) AS r_strict,
+        avg(r_success) AS r_success
+    FROM report_episodes
+    WHERE completed AND domain = $domain
+    GROUP BY grp
 ),
 
 long AS (
-    UNPIVOT m ON r_type_mean, r_att_mean, r_option_mean, r_price_mean, r_loose_mean, r_strict_mean, r_success_mean
-    INTO NAME component VALUE mean
+    UNPIVOT m ON r_type, r_att, r_option, r_price, r_loose, r_strict, r_success INTO NAME component VALUE mean
 )
 
-SELECT run_id, replace(component, '_mean', '') AS component, mean
-FROM long
-WHERE mean IS NOT NULL
-ORDER BY run_id, component;
+SELECT l.grp, l.component, l.mean
+FROM long AS l
+WHERE l.mean IS NOT NULL
+ORDER BY l.grp_pos, l.grp, l.component;

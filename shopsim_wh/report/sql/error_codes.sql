@@ -1,7 +1,16 @@
--- error_codes: which error_labels codes (report_labels) hit the selected runs: episodes with the code at least once and labels
--- in all (a step-scope code may label several steps of one episode).
--- grain: one row per (run_id, code). key: (run_id, code)
-SELECT l.run_id, l.code, l.category, l.scope, count(DISTINCT l.episode_id) AS episodes, count(*) AS labels
+-- error_codes: which error_labels codes (report_labels) hit one domain's runs ($domain), per series
+-- (report_runs.grp): episodes with the code at least once and labels in all (a step-scope code may label
+-- several steps of one episode).
+-- grain: one row per (grp, code). key: (grp, code)
+SELECT
+    k.grp,
+    l.code,
+    min(l.category) AS category,
+    min(l.scope) AS scope,
+    count(DISTINCT (l.run_id, l.episode_id)) AS episodes,
+    count(*) AS labels
 FROM report_labels AS l
-GROUP BY l.run_id, l.code, l.category, l.scope
-ORDER BY l.run_id, episodes DESC, l.code;
+JOIN report_runs AS k ON k.run_id = l.run_id
+WHERE k.domain = $domain
+GROUP BY k.grp, l.code
+ORDER BY min(k.grp_pos), k.grp, episodes DESC, l.code;

@@ -1,7 +1,8 @@
--- step_hist: the distribution of model steps per completed episode, per selected rollout run.
--- grain: one row per (run_id, model_steps). key: (run_id, model_steps)
-SELECT run_id, model_steps, count(*) AS episodes
+-- step_hist: the distribution of model steps per completed episode of one domain's runs ($domain), per series
+-- (report_runs.grp).
+-- grain: one row per (grp, model_steps). key: (grp, model_steps)
+SELECT grp, model_steps, count(*) AS episodes
 FROM report_episodes
-WHERE kind = 'rollout' AND completed AND model_steps IS NOT NULL
-GROUP BY run_id, model_steps
-ORDER BY run_id, model_steps;
+WHERE domain = $domain AND completed AND model_steps IS NOT NULL
+GROUP BY grp, model_steps
+ORDER BY min(grp_pos), grp, model_steps;

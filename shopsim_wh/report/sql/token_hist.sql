@@ -1,17 +1,17 @@
--- token_hist: the distribution of tokens (in + out) per completed episode, per selected rollout run, in bins of
--- $width tokens: bin_start <= tokens < bin_end.
--- grain: one row per (run_id, bin_start). key: (run_id, bin_start)
+-- token_hist: the distribution of tokens (in + out) per completed episode of one domain's runs ($domain), per
+-- series (report_runs.grp), in bins of $width tokens: bin_start <= tokens < bin_end.
+-- grain: one row per (grp, bin_start). key: (grp, bin_start)
 WITH t AS (
-    SELECT run_id, coalesce(tokens_in, 0) + coalesce(tokens_out, 0) AS tokens
+    SELECT grp, grp_pos, coalesce(tokens_in, 0) + coalesce(tokens_out, 0) AS tokens
     FROM report_episodes
-    WHERE kind = 'rollout' AND completed AND (tokens_in IS NOT NULL OR tokens_out IS NOT NULL)
+    WHERE domain = $domain AND completed AND (tokens_in IS NOT NULL OR tokens_out IS NOT NULL)
 )
 
 SELECT
-    run_id,
+    grp,
     CAST(floor(tokens / $width) * $width AS BIGINT) AS bin_start,
     CAST(floor(tokens / $width) * $width + $width AS BIGINT) AS bin_end,
     count(*) AS episodes
 FROM t
-GROUP BY ALL
-ORDER BY run_id, bin_start;
+GROUP BY grp, bin_start, bin_end
+ORDER BY min(grp_pos), grp, bin_start;
