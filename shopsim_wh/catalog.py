@@ -30,6 +30,11 @@ from . import __version__
 from .errors import WarehouseError
 
 DEFAULT_NAME = "catalog.duckdb"
+# The DuckDB release whose storage format the file is written in: v1.0.0 (storage version 64) is read by every
+# DuckDB since 1.0, so by the 1.x drivers BI tools and notebooks still ship (a file in the installed DuckDB's
+# newest format is refused by them: "can only read version 64"). Nothing the catalog holds needs newer storage
+# (views and macros are stored as SQL text, catalog_info is a small VARCHAR table, comments exist since 0.10).
+DEFAULT_STORAGE_VERSION = "v1.0.0"
 _CREATE = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+)?(VIEW|MACRO|TABLE)\s+(\w+)",
                      re.IGNORECASE | re.MULTILINE)
 RUN_ID_DOC = "Run id: the warehouse partition of the row (taken from the Hive path `run_id=<id>`)."
@@ -140,9 +145,11 @@ def _comment(out: list[str], kind: str, name: str, text: str) -> None:
     out.append(f"COMMENT ON {kind} {name if kind == 'COLUMN' else ident(name)} IS {sql_string(text)}")
 
 
-def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None) -> CatalogInfo:
+def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None,
+                  storage_version: str = DEFAULT_STORAGE_VERSION) -> CatalogInfo:
     """Write (or atomically replace) the catalog file of warehouse ``root``; ``out`` defaults to
-    ``<root>/catalog.duckdb``."""
+    ``<root>/catalog.duckdb``. ``storage_version``: the oldest DuckDB release that must read the file (``v1.0.0``,
+    ``v1.2.0``, ...) or ``latest`` (the installed DuckDB's own format)."""
     import duckdb
 
     from .db import ident, install_views, macro_signatures, sql_string
@@ -160,7 +167,7 @@ def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None)
     snap = wh.snapshot()
     tmp = out.with_name(f".{out.stem}-{uuid.uuid4().hex[:12]}.tmp.duckdb")
     try:
-        con = duckdb.connect(str(tmp))
+        con = _connect_new(duckdb, tmp, storage_version)
         try:
             wh.register(con, snap)  # s3://: the file's views need the same registration when reopened (docs/scale.md)
             install_views(con, wh, snap, small_table_bytes=0)
@@ -168,7 +175,8 @@ def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None)
             con.execute("CREATE TABLE catalog_info (key VARCHAR, value VARCHAR)")
             info = {"warehouse": location(root), "snapshot_version": str(snap.version),
                     "snapshot_committed_at": str(snap.committed_at), "schema_version": str(SCHEMA_VERSION),
-                    "tool_version": __version__, "duckdb_version": duckdb.__version__, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                    "tool_version": __version__, "duckdb_version": duckdb.__version__,
+                    "storage_version": storage_version, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             con.executemany("INSERT INTO catalog_info VALUES (?, ?)", list(info.items()))
             n = _comment_all(con, snap, TABLES, ident, sql_string)
             macros = macro_signatures(con)
@@ -186,6 +194,19 @@ def build_catalog(root: str | os.PathLike, out: str | os.PathLike | None = None)
         tmp.unlink(missing_ok=True)
         Path(f"{tmp}.wal").unlink(missing_ok=True)
     return CatalogInfo(out, snap.version, int(n_views), len(macros), n, time.perf_counter() - t0)
+
+
+def _connect_new(duckdb, path: Path, storage_version: str):
+    """A new database file in the storage format of DuckDB release ``storage_version`` (DuckDB 1.1, which has no
+    such setting, writes the 1.0 format anyway)."""
+    if tuple(int(x) for x in re.findall(r"\d+", duckdb.__version__)[:2]) < (1, 2):
+        return duckdb.connect(str(path))
+    try:
+        return duckdb.connect(str(path), config={"storage_compatibility_version": storage_version})
+    except duckdb.InvalidInputException as exc:
+        raise WarehouseError(f"--storage-version {storage_version!r} is not a DuckDB release this DuckDB "
+                             f"({duckdb.__version__}) knows: pass one such as v1.0.0 (read by every DuckDB since 1.0, "
+                             "the default), v1.2.0, or latest") from exc
 
 
 def _comment_all(con, snap, tables, ident, sql_string) -> int:
@@ -224,27 +245,37 @@ def _comment_all(con, snap, tables, ident, sql_string) -> int:
 
 def refresh_existing(root: str | os.PathLike, *paths: str | os.PathLike | None) -> list[CatalogInfo]:
     """Rebuild the warehouse's default catalog when it exists, and every path given (a configured
-    ``output.catalog``); returns what was written."""
+    ``output.catalog``), each in the storage version it was built with; returns what was written."""
     from .storage import is_url
 
     targets = [Path(p) for p in paths if p]
-    if is_url(str(root)):  # an object-store warehouse has no default catalog beside it
-        return [build_catalog(root, t) for t in targets]
-    default = default_catalog_path(root)
-    if default.exists() and all(t.resolve() != default.resolve() for t in targets):
-        targets.insert(0, default)
-    return [build_catalog(root, t) for t in targets]
+    if not is_url(str(root)):  # an object-store warehouse has no default catalog beside it
+        default = default_catalog_path(root)
+        if default.exists() and all(t.resolve() != default.resolve() for t in targets):
+            targets.insert(0, default)
+    return [build_catalog(root, t, _info(t, "storage_version") or DEFAULT_STORAGE_VERSION) for t in targets]
 
 
 def catalog_snapshot(path: str | os.PathLike) -> int | None:
     """The snapshot version a catalog file was built from (None when the file has no catalog_info)."""
+    value = _info(path, "snapshot_version")
+    return int(value) if value is not None else None
+
+
+def _info(path: str | os.PathLike, key: str) -> str | None:
+    """One value of a catalog file's ``catalog_info`` (None: no file, no such table or key)."""
     import duckdb
 
-    con = duckdb.connect(str(path), read_only=True)
+    if not Path(path).is_file():
+        return None
     try:
-        row = con.execute("SELECT value FROM catalog_info WHERE key = 'snapshot_version'").fetchone()
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:  # not a DuckDB file (or one this DuckDB cannot read): rebuilt in the default version
+        return None
+    try:
+        row = con.execute("SELECT value FROM catalog_info WHERE key = ?", [key]).fetchone()
     except duckdb.Error:
         return None
     finally:
         con.close()
-    return int(row[0]) if row else None
+    return row[0] if row else None

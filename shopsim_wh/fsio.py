@@ -19,21 +19,28 @@ from .errors import WarehouseLockedError
 
 
 @contextmanager
-def held_flock(path: Path, timeout_s: float, refusal: Callable[[str], str], stamp: str) -> Iterator[None]:
+def held_flock(path: Path, timeout_s: float, refusal: Callable[[str], str], stamp: str,
+               waiting: Callable[[str], None] | None = None) -> Iterator[None]:
     """An exclusive ``flock`` on ``path`` (created if absent), waiting up to ``timeout_s`` for it; ``stamp`` (who
-    holds it) is written into the file. On time-out, :class:`WarehouseLockedError` with ``refusal(holder's stamp)``.
+    holds it) is written into the file. ``waiting(holder's stamp)`` is called once when the lock is busy, before
+    the wait; on time-out, :class:`WarehouseLockedError` with ``refusal(holder's stamp)``.
     A lock left by a killed holder is free at once: the kernel drops a dead process's flock."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + timeout_s
+        told = waiting is None
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
-                    raise WarehouseLockedError(refusal(holder or "unknown")) from None
+                late = time.monotonic() > deadline
+                if late or not told:
+                    holder = os.pread(fd, 400, 0).decode(errors="replace").strip() or "unknown"
+                    if late:
+                        raise WarehouseLockedError(refusal(holder)) from None
+                    waiting(holder)
+                    told = True
                 time.sleep(0.05)
         os.ftruncate(fd, 0)
         os.pwrite(fd, stamp.encode(), 0)

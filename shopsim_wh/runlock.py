@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .fsio import held_flock
-from .storage import is_url
+from .storage import is_url, lock_stamp
 from .warehouse import Warehouse
+
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -21,10 +24,15 @@ def experiment_lock(wh: Warehouse, run_id: str) -> Iterator[None]:
         yield
         return
     wh.catalog_dir.mkdir(parents=True, exist_ok=True)
+    timeout_s = float(os.environ.get("SHOPSIM_WH_LOCK_TIMEOUT_S") or 30)
+
+    def waiting(holder: str) -> None:
+        log.warning("experiment %r is being run by another process (%s) on %s; waiting up to %g s for it to finish "
+                    "($SHOPSIM_WH_LOCK_TIMEOUT_S)", run_id, holder, wh.root, timeout_s)
 
     def refusal(holder: str) -> str:
-        return (f"experiment {run_id!r} is being run by another process ({holder}) on {wh.root}; "
-                "wait for it to finish (it resumes nothing twice), or use another experiment.name")
-    timeout_s = float(os.environ.get("SHOPSIM_WH_LOCK_TIMEOUT_S") or 30)
-    with held_flock(wh.catalog_dir / f"run-{run_id}.lock", timeout_s, refusal, f"pid {os.getpid()} on {os.uname().nodename}"):
+        return (f"experiment {run_id!r} is being run by another process ({holder}) on {wh.root}; gave up after "
+                f"{timeout_s:g} s: run this command again once it has finished (it resumes nothing twice), set "
+                "SHOPSIM_WH_LOCK_TIMEOUT_S to wait longer, or use another experiment.name")
+    with held_flock(wh.catalog_dir / f"run-{run_id}.lock", timeout_s, refusal, lock_stamp(), waiting):
         yield

@@ -18,8 +18,11 @@ s3fs are imported only when an ``s3://`` warehouse is opened.
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import re
+import sys
 import tempfile
 import time
 import uuid
@@ -33,8 +36,16 @@ from .crash import fs_event
 from .errors import WarehouseError
 from .fsio import atomic_write_bytes, fsync_dir, fsync_file, held_flock, make_dirs, replace, unlink
 
+log = logging.getLogger(__name__)
 _SNAP = re.compile(r"snapshot-(\d+)\.json$")
 KEEP_SNAPSHOTS = 5  # older snapshot objects are pruned (a reader mid-swap needs the last few)
+
+
+def lock_stamp() -> str:
+    """Who holds a lock, as its file records it: ``pid N on HOST since T: COMMAND`` (doctor reads the pid)."""
+    cmd = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return f"pid {os.getpid()} on {os.uname().nodename} since {since}: {cmd[:160]}"
 
 
 def is_url(root: str | os.PathLike) -> bool:
@@ -104,15 +115,23 @@ class LocalStore:
     # -- writing -------------------------------------------------------------------------------
     @contextmanager
     def lock(self, timeout_s: float) -> Iterator[None]:
-        """The single writer: a lock left by a killed writer is free at once (the kernel drops its flock)."""
+        """The single writer: a lock left by a killed writer is free at once (the kernel drops its flock). A
+        writer that has to wait says whom it waits for at once (unless it waits without a bound, as Ray's
+        workers do for each other), and on giving up says what to do."""
         make_dirs(self.catalog_dir)
         make_dirs(self.staging_dir)
 
+        def waiting(holder: str) -> None:
+            log.warning("warehouse %s is locked by another writer (%s); waiting up to %g s for it to finish "
+                        "($SHOPSIM_WH_LOCK_TIMEOUT_S)", self.root, holder, timeout_s)
+
         def refusal(holder: str) -> str:
-            return (f"warehouse {self.root} is locked by another writer ({holder}); one writer at a "
-                    "time: wait for it to finish (or raise $SHOPSIM_WH_LOCK_TIMEOUT_S) or use another --warehouse")
-        stamp = f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
-        with held_flock(self.catalog_dir / "LOCK", timeout_s, refusal, stamp):
+            return (f"warehouse {self.root} is locked by another writer ({holder}); gave up after {timeout_s:g} s "
+                    "(one writer at a time): run this command again once that one has finished, set "
+                    "SHOPSIM_WH_LOCK_TIMEOUT_S to wait longer, or use another --warehouse (a killed writer's lock "
+                    "is free at once: never delete _catalog/LOCK)")
+        with held_flock(self.catalog_dir / "LOCK", timeout_s, refusal, lock_stamp(),
+                        waiting if math.isfinite(timeout_s) else None):
             fs_event("root", self.root)
             yield
 
@@ -208,9 +227,10 @@ class S3Store:
 
     # -- reading -------------------------------------------------------------------------------
     def _get(self, rel: str) -> bytes | None:
+        client = self.client  # outside the try: a missing boto3 is reported as the missing extra it is
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
-        except self.client.exceptions.NoSuchKey:
+            return client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
+        except client.exceptions.NoSuchKey:
             return None
         except Exception as exc:  # noqa: BLE001 - a missing bucket / no credentials: say what to do
             raise self._explain(exc) from exc
@@ -262,8 +282,9 @@ class S3Store:
         return pa.BufferReader(data)
 
     def exists(self, rel: str) -> bool:
+        client = self.client
         try:
-            self.client.head_object(Bucket=self.bucket, Key=self.key(rel))
+            client.head_object(Bucket=self.bucket, Key=self.key(rel))
             return True
         except Exception:  # noqa: BLE001 - a 404 (botocore raises ClientError for HEAD)
             return False
@@ -281,8 +302,9 @@ class S3Store:
     # -- writing -------------------------------------------------------------------------------
     def lock(self, timeout_s: float):
         """No lock: concurrent writers are resolved at :meth:`publish`. Checks the bucket is reachable."""
+        client = self.client
         try:
-            self.client.head_bucket(Bucket=self.bucket)
+            client.head_bucket(Bucket=self.bucket)
         except Exception as exc:  # noqa: BLE001
             raise WarehouseError(f"cannot open the warehouse {self.url}: {self._explain(exc)}; check the bucket "
                                  "exists and AWS_ENDPOINT_URL / credentials point at it") from exc

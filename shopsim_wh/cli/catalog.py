@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ..catalog import DEFAULT_STORAGE_VERSION  # a light module: duckdb is imported inside its functions
 from .options import WarehouseOpt
 
 
@@ -16,12 +17,16 @@ def catalog(
     warehouse: WarehouseOpt = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
+    storage_version: Annotated[str, typer.Option(
+        "--storage-version", help="Oldest DuckDB release that must open the file: v1.0.0 (the default: every DuckDB "
+        "since 1.0, as BI drivers ship it), v1.2.0, ..., or latest (the installed DuckDB's format). Refreshes "
+        "keep the version a file was built with.")] = DEFAULT_STORAGE_VERSION,
 ) -> None:
     """Write a DuckDB file with every view and macro over the current snapshot, for BI tools (open it read-only)."""
     from ..catalog import build_catalog
     from ..warehouse import default_root
 
-    info = build_catalog(default_root(warehouse), out)
+    info = build_catalog(default_root(warehouse), out, storage_version)
     if fmt == "json":
         typer.echo(json.dumps(info.as_dict()))
     elif not quiet:

@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
+from . import exits
 from .options import QuietOpt, WarehouseOpt, check_output, emit_json
+
+
+# statuses of inputs the warehouse holds already: the same bytes (`skipped_same_hash`) or the same attempts
+# (`already_present`: a dump ingested back); re-running an ingest over them is not an error
+def _already_in(status: str) -> bool:
+    return status.startswith(("skipped", "already"))
 
 
 def ingest(
@@ -20,12 +27,20 @@ def ingest(
     quiet: QuietOpt = False,
     catalog: Annotated[Path | None, typer.Option("--catalog", help="BI catalog file to rebuild afterwards (docs/bi.md); <warehouse>/catalog.duckdb is rebuilt whenever it exists.")] = None,
 ) -> None:
-    """Land historical traces in the same tables the runner writes; bad records become ingest_errors rows."""
+    """Land historical traces in the same tables the runner writes; bad records become ingest_errors rows.
+
+    Exits 0 when episodes landed or every input was already in the warehouse (the same bytes, or the same episode
+    attempts such as a dump ingested back: a re-run adds nothing),
+    2 when nothing landed and nothing was there already (no input held a trace: the message says what was read)."""
     from ..ingest import ingest as ingest_paths
+    from ..ingest._io import expand_paths
     from ..warehouse import default_root
 
     check_output(output)
     root = default_root(warehouse)
+    if not expand_paths(paths):  # directories holding no data file: say what is there, touch no warehouse
+        _fail(output, _nothing_to_read(paths), {"units_read": 0, "episodes_landed": 0, "files": [],
+                                                "warehouse": str(root)})
     if quiet or output == "json":
         summary = ingest_paths(paths, root, format=fmt, source=source)
     else:
@@ -55,11 +70,25 @@ def ingest(
         for info in refresh_existing(root, catalog):
             if not quiet and output != "json":
                 typer.echo(f"catalog {info.path} refreshed (snapshot {info.snapshot_version})", err=True)
+    already = [f for f in summary.files if _already_in(f.status)]
+    error = None if summary.episodes_landed or already else _nothing_landed(summary.files)
+    if error:
+        _fail(output, error, {**d, "warehouse": str(root)}, None if quiet or output == "json" else summary)
     if output == "json":
-        emit_json({**d, "warehouse": str(root)})
+        emit_json({**d, "warehouse": str(root), "exit_code": exits.OK})
         return
     if quiet:
         return
+    _report(d, root, summary)
+    if already and not summary.episodes_landed:
+        same = sum(f.status == "skipped_same_hash" for f in already)
+        why = ", ".join(part for part in (f"{same} with the same bytes ingested before" if same else "",
+                                          f"{len(already) - same} holding only attempts the warehouse has (each "
+                                          "line above names its run)" if len(already) - same else "") if part)
+        typer.echo(f"nothing new: {len(already)} input(s) already in the warehouse ({why})")
+
+
+def _report(d: dict, root, summary) -> None:
     typer.echo(f"{d['units_read']} unit(s) read, {d['episodes_landed']} episode(s) landed, "
                f"{d['records_rejected']} record(s) rejected in {d['seconds']:.1f} s ({d['mb_per_s']:.1f} MB/s) -> warehouse {root}")
     for f in summary.files:
@@ -67,11 +96,48 @@ def ingest(
             typer.echo(f"  {f.status:>18}  {f.path}" + (f"  ({f.message})" if f.message else ""))
     if d["records_rejected"]:
         typer.echo("  rejected records: shopsim-wh sql \"select source_file, line, error_class, message from ingest_errors\"")
-    unusable = [f for f in summary.files if f.status in ("unrecognised", "no_valid_record", "failed")]
-    if unusable and not summary.episodes_landed:  # nothing usable came in: say so with the exit code too
-        typer.secho(f"error: no episode landed from {len(unusable)} input(s); pass --format to force a reader, or "
-                    "check the files (ingest_errors holds the rejected records)", fg="red", err=True)
-        raise typer.Exit(2)
+
+
+def _fail(output: str, message: str, doc: dict, summary=None) -> None:
+    """Nothing landed: the same exit code in every output mode (the JSON document too, then the error)."""
+    if output == "json":
+        emit_json({**doc, "exit_code": exits.USAGE, "error": message})
+    elif summary is not None:
+        _report(doc, doc["warehouse"], summary)
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(exits.USAGE)
+
+
+def _nothing_landed(files) -> str:
+    """What was read when no input landed an episode: how many inputs, by status, the first few names."""
+    counts: dict[str, int] = {}
+    for f in files:
+        counts[f.status] = counts.get(f.status, 0) + 1
+    names = ", ".join(Path(f.path).name for f in files[:5]) + (", ..." if len(files) > 5 else "")
+    by_status = ", ".join(f"{n} {status}" for status, n in counts.items())
+    return (f"no episode landed from {len(files)} input(s) ({by_status}: {names}); pass --format to force a "
+            "reader, or check the files (ingest_errors holds the rejected records)")
+
+
+def _nothing_to_read(paths: list[str]) -> str:
+    """The paths held no data file: how many files were looked at and which."""
+    import glob
+
+    from ..ingest._io import COMPRESSED_SUFFIXES, DATA_SUFFIXES, SIDECAR_NAMES
+
+    seen: list[Path] = []
+    for raw in paths:
+        matches = [Path(m) for m in sorted(glob.glob(raw, recursive=True))] if glob.has_magic(raw) else [Path(raw)]
+        for p in matches:
+            seen += [f for f in sorted(p.rglob("*")) if f.is_file()] if p.is_dir() else [p]
+    where = ", ".join(paths)
+    if not seen:
+        return f"nothing to ingest: {where} holds no file; pass the files or directories that hold the traces"
+    names = ", ".join(f.name for f in seen[:5]) + (", ..." if len(seen) > 5 else "")
+    suffixes = ", ".join(f"*{x}" for x in DATA_SUFFIXES)
+    return (f"no trace file under {where}: {len(seen)} file(s) looked at ({names}), none of them a trace file "
+            f"({suffixes}, also {'/'.join(COMPRESSED_SUFFIXES)} compressed; {' and '.join(sorted(SIDECAR_NAMES))} "
+            "come with their traces.jsonl); pass the files that hold the traces")
 
 
 def dump(

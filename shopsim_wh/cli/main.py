@@ -39,8 +39,7 @@ from . import (
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="Columnar trace warehouse with SQL analytics for LLM-agent rollouts.",
-                  epilog="Exit codes: 0 ok, 1 gate failed / findings / failed episodes, 2 usage or bad input, "
-                         "3 a server unreachable, 4 warehouse locked, 130 interrupted (docs/cli.md).")
+                  epilog=exits.epilog())
 
 
 def _version(value: bool) -> None:

@@ -39,7 +39,7 @@ def _executor(cfg) -> str:
 def plan(config: ConfigArg, fmt: OutputOpt = "text") -> None:
     """Validate a config and show what `run` would do, without calling any server."""
     from .. import runner
-    from ..config import load_config
+    from ..config import load_config, public_url
 
     check_output(fmt)
     cfg = load_config(config)
@@ -53,8 +53,8 @@ def plan(config: ConfigArg, fmt: OutputOpt = "text") -> None:
     typer.echo(f"episodes       {len(p.jobs)} ({cfg.tasks.split}: {len({j.task_id for j in p.jobs})} tasks x {cfg.tasks.repeats} repeats)")
     typer.echo(f"first tasks    {first}{' ...' if len(p.jobs) > 8 else ''}")
     typer.echo(f"split manifest {p.manifest.version} ({p.manifest.content_hash[:16]})")
-    typer.echo(f"model          {cfg.model.name} @ {cfg.model.base_url} (checkpoint {cfg.model.checkpoint_id})")
-    typer.echo(f"environment    {cfg.environment.url} ({cfg.environment.dialect}, persona {cfg.environment.persona})")
+    typer.echo(f"model          {cfg.model.name} @ {public_url(cfg.model.base_url)} (checkpoint {cfg.model.checkpoint_id})")
+    typer.echo(f"environment    {public_url(cfg.environment.url)} ({cfg.environment.dialect}, persona {cfg.environment.persona})")
     typer.echo(f"runtime        {cfg.runtime.max_steps} model turns, send_seed {cfg.model.send_seed}, "
                f"tool_choice {cfg.model.tool_choice}")
     typer.echo(f"executor       {_executor(cfg)}")
@@ -131,7 +131,8 @@ def run(
 ) -> None:
     """Run (or resume) an experiment and land every step in the warehouse.
 
-    Exits 1 when episodes failed (run it again to retry them), 3 when a server could not be reached."""
+    Exits 1 when episodes failed (run it again to retry them), 2 when the model server refused the requests
+    (401/403/400/404/422: fix the key or the config), 3 when a server could not be reached."""
     from .. import runner
     from ..config import load_config
     from ..db import connect

@@ -16,20 +16,42 @@ app = typer.Typer(no_args_is_help=True, help="List the warehouse's runs, or remo
 def list_cmd(
     warehouse: WarehouseOpt = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+    show_all: Annotated[bool, typer.Option("--all", "-a", help="Also the partitions that hold no episode (an ingest's "
+                                           "load record, the error rows of an input with no valid record), marked "
+                                           "empty.")] = False,
 ) -> None:
-    """Every run of the current snapshot: id, experiment, source, checkpoint, created, episode attempts, files, size."""
+    """Every run of the current snapshot that holds episodes: id, experiment, source, checkpoint, created, episode
+    attempts, files, size. `--all` adds the partitions without an episode, marked as empty."""
     from ..maintenance import list_runs
     from ..warehouse import default_root
 
     runs = list_runs(default_root(warehouse))
+    shown = [r for r in runs if show_all or r.episodes]
+    hidden = len(runs) - len(shown)
     if fmt == "json":
-        typer.echo(json.dumps({"runs": [r.as_dict() for r in runs]}))
+        typer.echo(json.dumps({"runs": [{**r.as_dict(), "empty": not r.episodes, "note": _empty(r)}
+                                      for r in shown], "hidden_empty": hidden}))
         return
     typer.echo(f"{'run_id':32} {'experiment':24} {'source':20} {'checkpoint':14} {'created':20} {'episodes':>8} "
                f"{'files':>5} {'MB':>8}")
-    for r in runs:
+    for r in shown:
+        note = f"  (empty: {_empty(r)})" if _empty(r) else ""
         typer.echo(f"{r.run_id:32} {r.experiment or '-':24} {r.source_format or '-':20} {r.checkpoint_id or '-':14} "
-                   f"{(r.created_at or '-')[:19]:20} {r.episodes:>8} {r.files:>5} {r.bytes / 1e6:>8.2f}")
+                   f"{(r.created_at or '-')[:19]:20} {r.episodes:>8} {r.files:>5} {r.bytes / 1e6:>8.2f}{note}")
+    if hidden:
+        typer.echo(f"{hidden} partition(s) without an episode not shown (load records, rejected inputs): "
+                   "`shopsim-wh runs list --all` lists them", err=True)
+
+
+def _empty(r) -> str | None:
+    """Why a partition holds no episode (None when it holds some)."""
+    if r.episodes:
+        return None
+    if set(r.tables) <= {"loads"}:
+        return "an ingest's load record"
+    if set(r.tables) <= {"ingest_errors", "import_fidelity", "loads"}:
+        return "rejected records only (ingest_errors)"
+    return "no episode"
 
 
 @app.command("rm")
