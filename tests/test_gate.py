@@ -263,3 +263,18 @@ def test_pairs_table_holds_only_the_columns_the_fit_reads(con, monkeypatch, cova
     assert a == b
     assert [c.pop("name") for c in ca] == [c.pop("name") for c in cb]
     assert ca == [pytest.approx(c, rel=1e-9) for c in cb]
+
+
+def test_a_run_is_named_by_its_id_or_by_an_experiment_that_holds_one_run():
+    import duckdb
+
+    from shopsim_wh.analytics.gate import GateError, resolve_run
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE runs AS SELECT * FROM (VALUES ('shopsimrl-v4.aaa', 'base-free'), "
+                "('shopsimrl-v4.bbb', 'twice'), ('shopsimrl-v4.ccc', 'twice')) t(run_id, experiment)")
+    assert resolve_run(con, "shopsimrl-v4.bbb") == "shopsimrl-v4.bbb"
+    assert resolve_run(con, "base-free") == "shopsimrl-v4.aaa"
+    assert resolve_run(con, "nowhere") == "nowhere"  # left to the caller, which lists the known runs
+    with pytest.raises(GateError, match=r"2 runs \(shopsimrl-v4.bbb, shopsimrl-v4.ccc\)"):
+        resolve_run(con, "twice")

@@ -144,9 +144,10 @@ def test_split(tmp_path_factory):
 def test_compare_reproduces_the_published_comparison_with_its_alignment(test_split):
     wh, ids, bare_plan = test_split
     want = EXPECTED["qwen35-4b-test-base-s0"]
-    res = ok(shopsim("compare", ids["qwen35-4b-test-base-free"], ids["qwen35-4b-test-base-s0"], "--format", "json",
-                     "-w", wh))
+    # by the names the user gave their runs (each experiment holds one run; its id is shopsimrl-v4.<hash>)
+    res = ok(shopsim("compare", "qwen35-4b-test-base-free", "qwen35-4b-test-base-s0", "--format", "json", "-w", wh))
     doc = json.loads(res.stdout)
+    assert ids["qwen35-4b-test-base-free"].startswith("shopsimrl-v4.")
     assert doc["paired"]["pairs"] == want["pairs"] == 400
     assert {k: doc["paired"]["bootstrap"][k] for k in want["bootstrap"]} == want["bootstrap"]
     for metric, exp in want["metrics"].items():

@@ -249,8 +249,10 @@ def compare(con_or_warehouse, bare: str, equipped: str, samples: int = DEFAULT_S
     if summation not in SUMMATIONS:
         raise ComparisonError(f"summation must be one of {', '.join(SUMMATIONS)}, not {summation!r}")
     from ..db import as_connection
+    from .gate import resolve_run
 
     con = as_connection(con_or_warehouse)
+    bare, equipped = resolve_run(con, bare), resolve_run(con, equipped)  # run ids, or experiments of one run
     keys, b, e, frozen, aligned = _align(con, bare, equipped, assume_aligned)
     bm = {k: job_metrics(b[k]) for k in keys}
     em = {k: job_metrics(e[k]) for k in keys}

@@ -145,6 +145,21 @@ def _json_default(obj):
 # ------------------------------------------------------------------------------------------------ checks
 
 
+def resolve_run(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """The run id ``name`` stands for: a run id as it is, else the one run whose experiment is ``name`` (an
+    ingested ShopSimRL run's id is ``shopsimrl-v4.<hash>``, its experiment the run directory's plan name); two or
+    more runs of that experiment are refused, listing their ids."""
+    if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [name]).fetchone():
+        return name
+    ids = [r[0] for r in con.execute("SELECT run_id FROM runs WHERE experiment = ? ORDER BY run_id", [name]).fetchall()]
+    if len(ids) == 1:
+        return ids[0]
+    if ids:
+        raise GateError(f"experiment {name!r} has {len(ids)} runs ({', '.join(ids)}); name one by its run id "
+                        "(`shopsim-wh runs list` shows them)")
+    return name  # _run_row says it is unknown, listing the runs
+
+
 def _run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
     cols = [d[0] for d in cur.description]

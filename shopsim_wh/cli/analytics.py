@@ -13,8 +13,8 @@ RULES = ("significance", "strictly-positive-top-k")
 
 
 def gate(
-    bare: Annotated[str, typer.Option("--bare", help="Run id of the skill-free run (an existing bare run can be reused).")],
-    treatment: Annotated[str, typer.Option("--treatment", help="Run id of the (masked) skill run with the same jobs.")],
+    bare: Annotated[str, typer.Option("--bare", help="Run id (or experiment name of one run) of the skill-free run (an existing bare run can be reused).")],
+    treatment: Annotated[str, typer.Option("--treatment", help="Run id (or experiment name of one run) of the (masked) skill run with the same jobs.")],
     rule: Annotated[str, typer.Option("--rule", help="significance (t test + bootstrap CI, shopsim-wh's own) or strictly-positive-top-k (ShopSimRL's: positive reward coefficients, best first, at most --budget).")] = "significance",
     budget: Annotated[int, typer.Option(help="strictly-positive-top-k: most skills kept (ShopSimRL's active_skill_budget).")] = 10,
     columns: Annotated[str | None, typer.Option("--columns", help="strictly-positive-top-k: comma-separated mask columns in order (default: the selected skills by id).")] = None,
@@ -39,6 +39,11 @@ def gate(
         raise typer.BadParameter(f"--rule must be one of {', '.join(RULES)}, not {rule!r}")
     if fmt not in ("table", "json"):
         raise typer.BadParameter(f"--format must be table or json, not {fmt!r}")
+    from ..analytics.gate import resolve_run
+
+    root = default_root(warehouse)
+    con = sandboxed(root)  # --covariates are SQL from the command line: the fit reads the views and nothing else
+    bare, treatment = resolve_run(con, bare), resolve_run(con, treatment)  # an experiment name of one run works too
     if rule == "strictly-positive-top-k":
         cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
         args = gate_log.arguments(bare, treatment, rule, budget=budget, columns=cols,
@@ -47,8 +52,6 @@ def gate(
         args = gate_log.arguments(bare, treatment, rule, covariates=covariates or None, bootstrap=bootstrap,
                                   alpha=alpha, allow_missing_checkpoint=allow_missing_checkpoint, seed=seed,
                                   assume_aligned=assume_aligned)
-    root = default_root(warehouse)
-    con = sandboxed(root)  # --covariates are SQL from the command line: the fit reads the views and nothing else
     res = gate_log.decide(con, args)
     if not quiet:
         typer.echo(res.to_json() if fmt == "json" else res.to_table())
@@ -63,8 +66,8 @@ def gate(
 
 
 def compare(
-    bare: Annotated[str, typer.Argument(help="Run id of the skill-free run.")],
-    equipped: Annotated[str, typer.Argument(help="Run id of the run with one fixed skill bank, same jobs.")],
+    bare: Annotated[str, typer.Argument(help="Run id (or experiment name of one run) of the skill-free run.")],
+    equipped: Annotated[str, typer.Argument(help="Run id (or experiment name of one run) of the run with one fixed skill bank, same jobs.")],
     samples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
     seed: Annotated[int, typer.Option(help="Bootstrap seed (hashed with each metric's name).")] = 20260901,
     confidence: Annotated[float, typer.Option(help="Confidence level of the interval.")] = 0.95,

@@ -89,7 +89,8 @@ def ingest(
 
 
 def _report(d: dict, root, summary) -> None:
-    typer.echo(f"{d['units_read']} unit(s) read, {d['episodes_landed']} episode(s) landed, "
+    held = f", {d['units_already_present']} already in the warehouse" if d.get("units_already_present") else ""
+    typer.echo(f"{d['units_read']} unit(s) landed{held}, {d['episodes_landed']} episode(s) landed, "
                f"{d['records_rejected']} record(s) rejected in {d['seconds']:.1f} s ({d['mb_per_s']:.1f} MB/s) -> warehouse {root}")
     for f in summary.files:
         if f.status != "landed":

@@ -67,6 +67,7 @@ class IngestSummary:
 
     @property
     def units_read(self) -> int:
+        """Units that landed (new runs); see :attr:`units_already_present` for those the warehouse held."""
         return sum(1 for f in self.files if f.status == "landed")
 
     @property
