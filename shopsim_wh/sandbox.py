@@ -156,16 +156,16 @@ def limited(con: duckdb.DuckDBPyConnection, limits: Limits | None = None, what: 
         timer.start()
     try:
         yield
-    except duckdb.InterruptException:
+    except duckdb.OutOfMemoryException as exc:
+        raise QueryLimitExceeded(
+            f"{what} needed more than its memory cap of {limits.memory} ({str(exc).splitlines()[0]}); narrow "
+            f"it, or raise the cap with --memory-limit SIZE or {MEMORY_ENV}") from None
+    except Exception:  # the interruption, however the code in the block reported it (the gate wraps SQL errors)
         if not fired.is_set():
             raise
         raise QueryLimitExceeded(
             f"{what} was stopped after its time limit of {limits.timeout_s:g} s; narrow it (a WHERE on run_id, "
             f"a LIMIT), or raise the limit with --timeout SECONDS or {TIMEOUT_ENV} (0: none)") from None
-    except duckdb.OutOfMemoryException as exc:
-        raise QueryLimitExceeded(
-            f"{what} needed more than its memory cap of {limits.memory} ({str(exc).splitlines()[0]}); narrow "
-            f"it, or raise the cap with --memory-limit SIZE or {MEMORY_ENV}") from None
     finally:
         if timer:  # joined: a timer thread still alive at exit aborts the process ("exception not rethrown")
             timer.cancel()

@@ -302,3 +302,11 @@ def test_the_time_limit_leaves_no_thread_behind(con):
     with sandbox.limited(con, sandbox.Limits(timeout_s=60, memory="1GB")):
         sandbox.execute(con, "SELECT count(*) FROM episodes").fetchall()
     assert set(threading.enumerate()) <= before
+
+
+def test_a_runaway_covariate_stops_the_gate_at_its_time_limit(root):
+    runaway = "(select count(*) from (with recursive r(n) as (select 1 union all select n + 1 from r) select * from r))"
+    out = subprocess.run([*CLI, "gate", "--bare", BARE, "--treatment", SKILL, "-w", str(root), "--dry-run",
+                          "--timeout", "1", "-c", runaway], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "the gate's fit was stopped after its time limit of 1 s" in out.stderr and "Traceback" not in out.stderr

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from . import exits
-from .options import QuietOpt, WarehouseOpt
+from .options import MemoryOpt, QuietOpt, TimeoutOpt, WarehouseOpt
 
 RULES = ("significance", "strictly-positive-top-k")
 
@@ -28,10 +28,14 @@ def gate(
     assume_aligned: Annotated[bool, typer.Option("--assume-aligned", help="Pair the runs without checking that they played the same jobs with the same model, prompt, runtime and environment (for runs whose identity is too thin to check); the output records that alignment was assumed.")] = False,
     warehouse: WarehouseOpt = None,
     quiet: QuietOpt = False,
+    timeout: TimeoutOpt = None,
+    memory_limit: MemoryOpt = None,
 ) -> None:
     """Fit R_i - B_i = C_i' beta + e_i over paired episodes and decide pass/fail (exit code 0 pass, 1 fail); the
-    decision is recorded in table gate_results (unless --dry-run)."""
+    decision is recorded in table gate_results (unless --dry-run). The fit, with the --covariates' SQL, runs under
+    the limits of a user query (--timeout, --memory-limit)."""
     from ..analytics import gate_log
+    from ..sandbox import Limits, limited
     from ..sandbox import connect as sandboxed
     from ..warehouse import default_root
 
@@ -42,7 +46,8 @@ def gate(
     from ..analytics.gate import resolve_run
 
     root = default_root(warehouse)
-    con = sandboxed(root)  # --covariates are SQL from the command line: the fit reads the views and nothing else
+    limits = Limits.resolve(timeout, memory_limit)
+    con = sandboxed(root, limits=limits)  # --covariates are SQL from the command line: the views and nothing else
     bare, treatment = resolve_run(con, bare), resolve_run(con, treatment)  # an experiment name of one run works too
     if rule == "strictly-positive-top-k":
         cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
@@ -52,7 +57,8 @@ def gate(
         args = gate_log.arguments(bare, treatment, rule, covariates=covariates or None, bootstrap=bootstrap,
                                   alpha=alpha, allow_missing_checkpoint=allow_missing_checkpoint, seed=seed,
                                   assume_aligned=assume_aligned)
-    res = gate_log.decide(con, args)
+    with limited(con, limits, what="the gate's fit"):
+        res = gate_log.decide(con, args)
     if not quiet:
         typer.echo(res.to_json() if fmt == "json" else res.to_table())
     if not dry_run:

@@ -9,14 +9,8 @@ from typing import Annotated
 
 import typer
 
-from .options import OutputOpt, WarehouseOpt, check_output, emit_json
+from .options import MemoryOpt, OutputOpt, TimeoutOpt, WarehouseOpt, check_output, emit_json
 from .spark import EngineOpt, check_engine
-
-TimeoutOpt = Annotated[float | None, typer.Option(
-    "--timeout", help="Stop the query after this many seconds (0: no limit); default 120, or $SHOPSIM_WH_QUERY_TIMEOUT.")]
-MemoryOpt = Annotated[str | None, typer.Option(
-    "--memory-limit", help="DuckDB memory cap for the query, e.g. 2GB (it spills to disk first); default the smaller "
-    "of 4GB and a quarter of RAM, or $SHOPSIM_WH_QUERY_MEMORY.")]
 
 
 def _root(warehouse: str | None) -> Path:

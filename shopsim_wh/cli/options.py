@@ -49,3 +49,10 @@ def emit_json(doc: object) -> None:
         return float(v) if type(v).__name__ == "Decimal" else str(v)
 
     typer.echo(json.dumps(clean(doc), ensure_ascii=False, default=other))
+
+# the limits of a user's query (shopsim_wh.sandbox.Limits): `sql`, `gate`
+TimeoutOpt = Annotated[float | None, typer.Option(
+    "--timeout", help="Stop the query after this many seconds (0: no limit); default 120, or $SHOPSIM_WH_QUERY_TIMEOUT.")]
+MemoryOpt = Annotated[str | None, typer.Option(
+    "--memory-limit", help="DuckDB memory cap for the query, e.g. 2GB (it spills to disk first); default the smaller "
+    "of 4GB and a quarter of RAM, or $SHOPSIM_WH_QUERY_MEMORY.")]
