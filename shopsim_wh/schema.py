@@ -306,7 +306,7 @@ _register(_table(
     C("source_file", S, "File the record came from."),
     C("line", I64, "1-based line (JSONL) or element index (JSON arrays)."),
     C("byte_offset", I64, "Byte offset of the record in the (decompressed) file."),
-    C("error_class", S, "`invalid_utf8`, `nul_byte`, `bom`, `non_finite_number`, `duplicate_key`, `huge_number`, `too_deep`, `oversized_field`, `wrong_type`, `unknown_schema_version`, `empty_file`, `invalid_json`, `torn_line`, ..."),
+    C("error_class", S, "`invalid_utf8`, `nul_byte`, `bom`, `non_finite_number`, `duplicate_key`, `huge_number`, `too_deep`, `oversized_field`, `record_too_large`, `wrong_type`, `unknown_schema_version`, `empty_file`, `invalid_json`, `torn_line`, `truncated_file`, `corrupt_archive`, ..."),
     C("message", S, "What was wrong and what to do (capped length)."),
 ))
 

@@ -26,6 +26,7 @@ def ingest(
                                         "names the input's trace format here).")] = "text",
     quiet: QuietOpt = False,
     catalog: Annotated[Path | None, typer.Option("--catalog", help="BI catalog file to rebuild afterwards (docs/bi.md); <warehouse>/catalog.duckdb is rebuilt whenever it exists.")] = None,
+    max_record_bytes: Annotated[str | None, typer.Option("--max-record-bytes", help="Longest record (JSONL line, or file read as one JSON document) held in memory, e.g. 64MB; a longer one is one record_too_large error row, skipped unread. Default $SHOPSIM_WH_MAX_RECORD_BYTES or 64MiB.")] = None,
 ) -> None:
     """Land historical traces in the same tables the runner writes; bad records become ingest_errors rows.
 
@@ -34,15 +35,17 @@ def ingest(
     2 when nothing landed and nothing was there already (no input held a trace: the message says what was read)."""
     from ..ingest import ingest as ingest_paths
     from ..ingest._io import expand_paths
+    from ..ingest._io import max_record_bytes as resolve_max_record
     from ..warehouse import default_root
 
     check_output(output)
+    limit = resolve_max_record(max_record_bytes)  # a bad value: exit 2 before anything is read
     root = default_root(warehouse)
     if not expand_paths(paths):  # directories holding no data file: say what is there, touch no warehouse
         _fail(output, _nothing_to_read(paths), {"units_read": 0, "episodes_landed": 0, "files": [],
                                                 "warehouse": str(root)})
     if quiet or output == "json":
-        summary = ingest_paths(paths, root, format=fmt, source=source)
+        summary = ingest_paths(paths, root, format=fmt, source=source, max_record_bytes=limit)
     else:
         from rich.console import Console
         from rich.progress import (
@@ -61,7 +64,7 @@ def ingest(
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            summary = ingest_paths(paths, root, format=fmt, source=source, progress=progress)
+            summary = ingest_paths(paths, root, format=fmt, source=source, progress=progress, max_record_bytes=limit)
     d = summary.as_dict()
     from ..catalog import refresh_existing
     from ..warehouse import Warehouse

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from ._io import iter_lines, open_binary
+from ._io import READ_BLOCK, TooLarge, iter_lines, open_binary, split_lines
 from ._json import RecordError, parse_record
 from ._rows import jdump
 from .core import UnitContext
@@ -90,8 +90,12 @@ def read_jsonl_records(ctx: UnitContext, path: Path, source_file: str) -> tuple[
     out = []
     n = 0
     with ctx.watch(open_binary(path)) as f:
-        for line_no, offset, line, terminated in iter_lines(f, ctx.on_bytes if path == ctx.path else None):
+        for line_no, offset, line, terminated in iter_lines(f, ctx.on_bytes if path == ctx.path else None,
+                                                            ctx.max_record_bytes):
             n += 1
+            if type(line) is TooLarge:
+                ctx.too_large(line_no, offset, line, terminated, source_file=source_file)
+                continue
             try:
                 rec, bom = parse_record(line, ctx.max_field_bytes)
             except RecordError as e:
@@ -116,11 +120,20 @@ def read_jsonl_records(ctx: UnitContext, path: Path, source_file: str) -> tuple[
 
 def read_json_document(ctx: UnitContext, path: Path) -> Iterator[tuple[int | None, object]]:
     """Records of a JSON document: a JSON array (elements, ``line`` = 0-based index), one JSON object,
-    or JSONL (one object per line). Yields ``(line_or_index, record)``; errors become rows."""
+    or JSONL (one object per line). Yields ``(line_or_index, record)``; errors become rows.
+
+    The input is held whole only up to ``ctx.max_record_bytes``: a larger one is read as JSONL (streamed, each
+    line capped) when its first line is a whole JSON object, else it is one ``record_too_large`` row."""
+    cap = ctx.max_record_bytes
     with ctx.watch(open_binary(path)) as f:
-        data = f.read()
-    if ctx.on_bytes:
-        ctx.on_bytes(len(data))
+        data = b""
+        while len(data) <= cap and (more := f.read(cap + 1 - len(data))):
+            data += more
+            if ctx.on_bytes:
+                ctx.on_bytes(len(more))
+        if len(data) > cap:
+            yield from _large_document(ctx, f, data)
+            return
     body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
     if len(data) != len(body):
         ctx.error(1, 0, "bom", "UTF-8 byte order mark at file start; stripped, file kept", rejected=False)
@@ -143,22 +156,65 @@ def read_json_document(ctx: UnitContext, path: Path) -> Iterator[tuple[int | Non
             cut = whole.error_class == "invalid_json" and ctx.truncation() is not None  # one document, cut short
             ctx.error(None, lead + (whole.at or 0), "truncated_file" if cut else whole.error_class, whole.message)
             return
-    offset = 0
-    lines = body.split(b"\n")
-    for i, line in enumerate(lines, start=1):
-        raw = line.rstrip(b"\r")
-        if raw.strip():
-            try:
-                rec, bom = parse_record(raw, ctx.max_field_bytes)
-            except RecordError as e:
-                torn = i == len(lines) and not body.endswith(b"\n")
-                ctx.error(i, offset + (e.at or 0), "torn_line" if torn else e.error_class,
-                          ("last line has no newline and does not parse: a torn write, not a record") if torn
-                          else e.message)
-                yield i, REJECTED
-            else:
-                yield i, rec
-        offset += len(line) + 1
+    yield from _jsonl(ctx, split_lines(body, ctx.max_record_bytes))
+
+
+def _jsonl(ctx: UnitContext, lines) -> Iterator[tuple[int, object]]:
+    """The records of JSONL ``lines`` (as :func:`split_lines` yields them) read as one document's lines."""
+    for i, offset, raw, terminated in lines:
+        if type(raw) is TooLarge:
+            ctx.too_large(i, offset, raw, terminated)
+            yield i, REJECTED
+            continue
+        try:
+            rec, _ = parse_record(raw, ctx.max_field_bytes)
+        except RecordError as e:
+            ctx.error(i, offset + (e.at or 0), "torn_line" if not terminated else e.error_class,
+                      ("last line has no newline and does not parse: a torn write, not a record") if not terminated
+                      else e.message)
+            yield i, REJECTED
+        else:
+            yield i, rec
+
+
+def _large_document(ctx: UnitContext, f, head: bytes) -> Iterator[tuple[int | None, object]]:
+    """An input larger than the maximum record size: JSONL (read line by line, each capped) unless it is one JSON
+    document as :func:`read_json_document` tells them apart (an array; an object whose first line opens it over
+    several lines), which is too large to hold: one ``record_too_large`` row."""
+    start = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
+    lead = len(head) - len(start.lstrip())
+    first = start.lstrip()
+    nl = first.find(b"\n")
+    if not (first[:1] == b"[" or nl < 0 or first[:nl].strip().endswith(b"{")):
+        if len(head) != len(start):
+            ctx.error(1, 0, "bom", "UTF-8 byte order mark at file start; stripped, file kept", rejected=False)
+        yield from _jsonl(ctx, iter_lines(_Prefixed(start, f, ctx.on_bytes), None, ctx.max_record_bytes))
+        return
+    size = len(head)
+    while block := f.read(READ_BLOCK):
+        size += len(block)
+        if ctx.on_bytes:
+            ctx.on_bytes(len(block))
+    kind = "JSON array" if first[:1] == b"[" else "JSON document"
+    ctx.error(None, lead, "record_too_large", TooLarge(size).message(ctx.max_record_bytes, f"{kind} (read whole by "
+              f"the {ctx.source_format} reader)") + "; or write it as JSONL, one record per line")
+
+
+class _Prefixed:
+    """``head`` (bytes already read and counted), then the rest of stream ``f``; the first read hands ``head``
+    back whole (at most the maximum record size + 1)."""
+
+    def __init__(self, head: bytes, f, on_bytes=None):
+        self.head, self.f, self.on_bytes = head, f, on_bytes
+
+    def read(self, n: int) -> bytes:
+        if self.head:
+            b, self.head = self.head, b""
+            return b
+        b = self.f.read(n)
+        if self.on_bytes is not None and b:
+            self.on_bytes(len(b))
+        return b
 
 
 def _array_elements(ctx: UnitContext, s: bytes, lead: int):

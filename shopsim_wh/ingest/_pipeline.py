@@ -30,8 +30,8 @@ import pyarrow as pa
 from ..errors import IngestError
 from ..warehouse import StagedFile
 
-_FIELDS = ("source_file", "run_id", "load_id", "source_format", "experiment", "max_field_bytes", "flush_every",
-           "flush_bytes", "staging_dir")
+_FIELDS = ("source_file", "run_id", "load_id", "source_format", "experiment", "max_field_bytes", "max_record_bytes",
+           "flush_every", "flush_bytes", "staging_dir")
 STAGED = frozenset({"steps", "actions", "observations", "messages", "tools"})  # encoded by the workers
 
 

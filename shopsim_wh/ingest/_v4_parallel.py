@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from ..errors import IngestError
 from ..warehouse import StagedFile
 from ._episode_index import EpisodeIndex
-from ._io import split_lines
+from ._io import iter_lines
 from ._pipeline import chunk_bounds, map_chunks
 from ._rows import canonical
 from .core import UnitContext
@@ -36,16 +36,29 @@ def parse_chunk(ctx: UnitContext, start: int, end: int) -> dict:
     and attempt numbers count from 1 within the chunk (the parent adds earlier attempts)."""
     st = _new_state(ctx)
     st.plain = []
-    with open(ctx.path, "rb") as f:
+    counted = [0, 0]  # lines, bytes
+    with open(ctx.path, "rb") as f:  # streamed, not read whole: a line past max_record_bytes is dropped unread
         f.seek(start)
-        data = f.read(end - start)
-    for _ in _parse(ctx, st, split_lines(data), offset_base=start):
-        pass
-    lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+        for _ in _parse(ctx, st, iter_lines(_Range(f, end - start), None, ctx.max_record_bytes, counted),
+                        offset_base=start):
+            pass
+    lines, nbytes = counted
     return {"attempts": st.attempts, "fid": st.fid, "file_total": st.file_total, "file_dropped": st.file_dropped,
             "run_prov": st.run_prov, "run_fields": dict(ctx.run_fields), "plain": st.plain,
             "goals": st.goals[0], "lines": lines, "records": ctx.records, "done": st.done,
-            "rejected": ctx.rejected, "bytes": len(data), "any_line": st.any_line}
+            "rejected": ctx.rejected, "bytes": nbytes, "any_line": st.any_line}
+
+
+class _Range:
+    """The next ``left`` bytes of an open file, as a stream (a chunk's byte range)."""
+
+    def __init__(self, f, left: int):
+        self.f, self.left = f, left
+
+    def read(self, n: int) -> bytes:
+        b = self.f.read(min(n, self.left)) if self.left > 0 else b""
+        self.left -= len(b)
+        return b
 
 
 _ATTEMPT_TABLES = ("episodes", "agents", "steps", "actions", "observations", "messages", "skills_selected", "failures", "tools")

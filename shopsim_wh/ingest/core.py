@@ -34,7 +34,8 @@ from ..ledger import Ledger
 from ..names import check_name
 from ..schema import TABLES
 from ..warehouse import Warehouse
-from ._io import SIDECAR_NAMES, expand_paths, read_head, sha256_files
+from ._io import DEFAULT_MAX_RECORD_BYTES, SIDECAR_NAMES, expand_paths, open_binary, probe_head, sha256_files
+from ._io import max_record_bytes as resolve_max_record_bytes
 from ._json import DEFAULT_MAX_FIELD_BYTES, cap
 from ._rows import Sink, jdump
 from .registry import Reader, detect, get_reader
@@ -50,7 +51,9 @@ class FileResult:
     path: str
     format: str | None
     run_id: str | None
-    status: str  # landed | skipped_same_hash | already_present | attached | unrecognised | no_valid_record | failed
+    # landed | skipped_same_hash | already_present | attached | unrecognised | no_valid_record | corrupt_archive
+    # (the records decoded before the damage landed, if any) | failed
+    status: str
     episodes: int = 0
     attempts: int = 0
     records: int = 0
@@ -68,7 +71,7 @@ class IngestSummary:
     @property
     def units_read(self) -> int:
         """Units that landed (new runs); see :attr:`units_already_present` for those the warehouse held."""
-        return sum(1 for f in self.files if f.status == "landed")
+        return sum(1 for f in self.files if _landed(f))
 
     @property
     def episodes_landed(self) -> int:
@@ -85,7 +88,7 @@ class IngestSummary:
 
     @property
     def bytes_read(self) -> int:
-        return sum(f.bytes for f in self.files if f.status == "landed")
+        return sum(f.bytes for f in self.files if _landed(f))
 
     @property
     def mb_per_s(self) -> float:
@@ -101,6 +104,11 @@ class IngestSummary:
         }
 
 
+def _landed(f: FileResult) -> bool:
+    """A unit that landed a run: ``landed``, or a corrupt archive whose records before the damage landed."""
+    return f.status == "landed" or (f.status == "corrupt_archive" and f.episodes > 0)
+
+
 @dataclass
 class UnitContext:
     """What a reader gets: where it reads from and where its rows go."""
@@ -114,6 +122,7 @@ class UnitContext:
     experiment: str
     sink: Sink
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # longer lines / documents: one record_too_large row
     flush_every: int = FLUSH_EPISODES
     flush_bytes: int = FLUSH_BYTES
     on_bytes: Callable[[int], None] | None = None
@@ -140,17 +149,19 @@ class UnitContext:
     unit: dict = field(default_factory=dict)  # the ingest loop's: sha, replace (runs this unit replaces)
 
     def watch(self, stream):
-        """Remember an opened input: if it was cut short, its torn last record (or, when the cut fell between
-        records, one extra row at the end) is reported as ``truncated_file``, not ``torn_line``."""
+        """Remember an opened input: if it was cut short (its decoder found it corrupt), its torn last record (or,
+        when the cut fell between records, one extra row at the end) is reported as ``truncated_file``
+        (``corrupt_archive``), not ``torn_line``."""
         self.streams.append(stream)
         return stream
 
-    def truncation(self) -> tuple[int, str] | None:
-        from ._io import truncation
+    def truncation(self) -> tuple[int, str, str] | None:
+        """``(decoded bytes, message, error_class)`` of a watched input cut short or corrupt (:func:`_io.damage`)."""
+        from ._io import damage
 
         for st in self.streams:
-            if (msg := truncation(st)) is not None:
-                return st.pos, msg
+            if (d := damage(st)) is not None:
+                return st.pos, d[1], d[0]
         return None
 
     def error(self, line: int | None, offset: int | None, error_class: str, message: str,
@@ -159,13 +170,20 @@ class UnitContext:
         if error_class in ("torn_line", "truncated_file", "empty_file") and (cut := self.truncation()) is not None:
             if self.truncation_reported:
                 return
-            error_class, message, self.truncation_reported = "truncated_file", cut[1], True
+            error_class, message, self.truncation_reported = cut[2], cut[1], True
         self.sink.add("ingest_errors", {
             "source_file": source_file or self.source_file, "line": line, "byte_offset": offset,
             "error_class": error_class, "message": cap(message),
         })
         if rejected:
             self.rejected += 1
+
+    def too_large(self, line: int, offset: int, tl, terminated: bool, source_file: str | None = None) -> None:
+        """The row of a line past ``max_record_bytes`` (an :class:`~._io.TooLarge`): ``record_too_large``, or
+        ``truncated_file`` when it is the unterminated tail of a cut-short archive."""
+        cut = not terminated and self.truncation() is not None
+        self.error(line, offset, "truncated_file" if cut else "record_too_large", tl.message(self.max_record_bytes),
+                   source_file=source_file)
 
     def fidelity(self, unit: str, total: int, converted: int, kept_raw: int, dropped: int,
                  source_file: str | None = None) -> None:
@@ -247,6 +265,7 @@ def ingest(
     flush_every: int = FLUSH_EPISODES,
     parallel: bool = True,
     flush_bytes: int = FLUSH_BYTES,
+    max_record_bytes: int | str | None = None,
 ) -> IngestSummary:
     """Ingest files / directories (recursive) / globs into the warehouse; see module docstring.
 
@@ -254,7 +273,9 @@ def ingest(
     one string field (larger records are rejected as ``oversized_field``); ``flush_every`` is how many
     records are buffered before their rows are encoded to Parquet (memory stays flat). ``parallel``
     lets the v4 reader parse and encode files >= 64 MiB in two worker processes while this one commits
-    (``flush_bytes`` is also the chunk size). Record-level problems
+    (``flush_bytes`` is also the chunk size). ``max_record_bytes`` (bytes, or ``"64MB"``; default
+    ``$SHOPSIM_WH_MAX_RECORD_BYTES`` or 64 MiB) is the longest line, or input read as one JSON document, held in
+    memory: a longer one is one ``record_too_large`` row, skipped while streaming. Record-level problems
     become ``ingest_errors`` rows; a unit whose reader fails outright is reported in the summary
     (status ``failed``) and nothing of it is committed.
     """
@@ -263,14 +284,15 @@ def ingest(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_every, parallel, flush_bytes)
+        return _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_every, parallel, flush_bytes,
+                       resolve_max_record_bytes(max_record_bytes))
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
 def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_every, parallel,
-            flush_bytes) -> IngestSummary:
+            flush_bytes, max_record_bytes) -> IngestSummary:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if source is not None:  # it becomes part of the run ids, so of partition paths: the one naming rule
@@ -294,11 +316,12 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
         reader = forced
         if reader is None:
             try:
-                name = detect(read_head(f), f)
+                head, broken = probe_head(f)
+                name = detect(head, f)
             except (OSError, EOFError, ValueError) as e:
                 summary.files.append(FileResult(str(f), None, None, "failed", message=cap(f"cannot read: {e}")))
                 continue
-            if name is None and not read_head(f, 4096).strip():
+            if name is None and (broken or not head[:4096].strip()):  # nothing to detect: say why (empty, corrupt)
                 plan.append((f, _EMPTY, []))
                 continue
             if name is None:
@@ -353,7 +376,7 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             ctx = UnitContext(
                 path=f, companions=comps, source_file=source_file, run_id="", load_id=load_id,
                 source_format=reader.name, experiment=source or reader.name, sink=Sink(load_id),
-                max_field_bytes=max_field_bytes, flush_every=flush_every, parallel=parallel, flush_bytes=flush_bytes,
+                max_field_bytes=max_field_bytes, max_record_bytes=max_record_bytes, flush_every=flush_every, parallel=parallel, flush_bytes=flush_bytes,
                 on_bytes=on_bytes if f.suffix not in (".gz", ".zst", ".zstd") else None, staging_dir=str(wh.staging_dir),
                 known_runs=by_experiment, unit=unit,
                 stored_keys=lambda run_id: attempt_keys(wh.read("episodes", list(ATTEMPT_KEY), run_id, w.snap)),
@@ -408,6 +431,10 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
                 res.status = "no_valid_record"
                 res.message = (f"no valid {reader.name} record: {ctx.rejected} error row(s) landed, nothing else; "
                                f"see ingest_errors where run_id = '{run_id}'")
+            if (broken := ctx.truncation()) is not None and broken[2] == "corrupt_archive":
+                res.status = "corrupt_archive"
+                res.message = cap((f"{ctx.episodes} episode(s) from before the damage landed; " if ctx.episodes
+                                   else "") + broken[1])
             by_hash[sha] = run_id
             by_file[source_file] = [run_id]
             for r in unit.get("replace", []):
@@ -451,6 +478,8 @@ def _byte_counter(progress, base: int, size: int, total: int):
 
 
 def _read_empty(ctx: UnitContext):
+    with ctx.watch(open_binary(ctx.path)) as f:  # a corrupt / cut-short archive: its row says so instead
+        f.read(65536)
     ctx.error(None, 0, "empty_file", "the file holds no records (format could not be detected)")
     ctx.fidelity("file", 0, 0, 0, 0)
     yield

@@ -37,7 +37,7 @@ from .. import run_identity as identity
 from ..schema import TABLES
 from ..warehouse import stage_parquet_tables
 from ._episode_index import EpisodeIndex
-from ._io import base_suffix, iter_lines, open_binary
+from ._io import TooLarge, base_suffix, iter_lines, open_binary, read_capped
 from ._json import RecordError, cap, parse_record
 from ._rows import canonical, jdump, tool_schema_hash, tools_set_hash
 from ._v4_check import NUM, SCHEMA, STRN, _peek_store, validate
@@ -135,12 +135,10 @@ def read_serial(ctx: UnitContext):
     try:
         with ctx.watch(open_binary(ctx.path)) as f:
             if base_suffix(ctx.path) == ".json":  # slime: one (indented) record per file
-                data = f.read()
-                if ctx.on_bytes:
-                    ctx.on_bytes(len(data))
-                lines = [(1, 0, data, True)] if data.strip() else []
+                data = read_capped(f, ctx.max_record_bytes, ctx.on_bytes)
+                lines = [(1, 0, data, True)] if type(data) is TooLarge or data.strip() else []
             else:
-                lines = iter_lines(f, ctx.on_bytes)
+                lines = iter_lines(f, ctx.on_bytes, ctx.max_record_bytes)
             for _ in _parse(ctx, st, lines):
                 _end_chunk(st)
                 yield
@@ -218,6 +216,11 @@ def _parse(ctx: UnitContext, st: _State, lines, offset_base: int = 0):
         offset = rel_offset + offset_base
         st.any_line = True
         ctx.records += 1
+        if type(line) is TooLarge:  # never read: no episode to attach it to, a dropped record of the file
+            ctx.too_large(line_no, offset, line, terminated)
+            st.file_total += 1
+            st.file_dropped += 1
+            continue
         try:
             rec, bom = parse_record(line, ctx.max_field_bytes)
             if bom:

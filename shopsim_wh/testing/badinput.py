@@ -8,7 +8,8 @@ fixture traces), made unique per line (episode ids, uuids), so every good record
 
 Classes (docs/ingest.md "Bad input"): ``invalid_utf8``, ``nul_byte``, ``non_finite_number``, ``huge_number``,
 ``duplicate_key``, ``too_deep``, ``oversized_field``, ``wrong_type``, ``unknown_schema_version``,
-``torn_line`` (only as the last line), and ``bom`` (a BOM before the record: kept, noted).
+``record_too_large`` (a line past the maximum record size, :data:`MAX_RECORD_BYTES` here), ``torn_line`` (only as
+the last line), and ``bom`` (a BOM before the record: kept, noted).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import orjson
 
 READERS = ("shopsimrl-v4", "agent-multi-turn", "claude-code", "openai-messages", "atif")
 LINE_CLASSES = ("invalid_utf8", "nul_byte", "non_finite_number", "huge_number", "duplicate_key", "too_deep",
-                "oversized_field", "wrong_type", "unknown_schema_version")
+                "oversized_field", "wrong_type", "unknown_schema_version", "record_too_large")
+MAX_RECORD_BYTES = 64 * 1024  # the maximum record size fuzz_ingest ingests with (every template is far below it)
 KEPT_CLASSES = ("bom",)
 ALL_CLASSES = (*LINE_CLASSES, *KEPT_CLASSES, "torn_line")
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
@@ -122,6 +124,9 @@ def bad_line(reader: str, cls: str, rec: dict, variant: int = 0, max_field_bytes
         return _extra(good, (b"[" * n + b"]" * n) if variant % 2 == 0 else (b'{"a":' * n + b"1" + b"}" * n))
     if cls == "oversized_field":
         return _extra(good, b'"' + b"x" * (max_field_bytes + 1 + variant) + b'"')
+    if cls == "record_too_large":  # one string under max_field_bytes, the line over MAX_RECORD_BYTES
+        n = 2 * MAX_RECORD_BYTES // max_field_bytes + 1
+        return _extra(good, b"[" + b",".join([b'"' + b"r" * (max_field_bytes // 2 + variant) + b'"'] * n) + b"]")
     if cls == "wrong_type":
         mutated = _wrong_type(reader, copy.deepcopy(rec))
         return orjson.dumps(mutated) if mutated is not None else (b"[1, 2]", b'"a string"', b"42")[variant % 3]
@@ -291,7 +296,8 @@ def fuzz_ingest(cases: list[tuple[str, list, str | None]], workdir: Path, tpl: d
         expected[str(f)] = (reader, errors, good)
         by_reader.setdefault(reader, []).append(f)
     for reader, files in by_reader.items():
-        summary = ingest(files, workdir / "wh", format=reader, max_field_bytes=max_field_bytes)
+        summary = ingest(files, workdir / "wh", format=reader, max_field_bytes=max_field_bytes,
+                         max_record_bytes=MAX_RECORD_BYTES)
         # a file whose every record is bad (or was cut off) lands its error rows only: `no_valid_record`
         bad = [x for x in summary.files if x.status != "landed"
                and not (x.status == "no_valid_record" and expected.get(str(x.path), (None, None, 1))[2] == 0)]
