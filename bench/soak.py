@@ -13,6 +13,11 @@ Legs (each on its own warehouse under a scratch directory):
   still on until every episode completed; compared episode by episode with an uninterrupted run of the same
   seeds. A second leg against a server without idempotency keys (the real server's behaviour) at a tenth of
   the rate: unknown step outcomes fail the episode, which is re-run from reset;
+* **plain faults** (``--legs plain-faults``): the issue-28 scenario: a server without idempotency keys (capacity
+  20) behind a FaultProxy injecting every server fault at ``--fault-rate`` on the environment, concurrency 8,
+  ``--plain-episodes`` episodes, with and without ``environment.exclusive``: the run must end by itself; prints
+  episodes completed / failed, steps applied twice (the server's ``applied_twice``, must be 0), leases leaked at
+  the end (``environment_slots - free_slots``; 0 with exclusive), wall time, and the resume (faults off);
 * **kills, crash points, disk full**: the durability helper's :mod:`shopsim_wh.testing.faults` when this
   build has it (else reported as not available);
 * **bad inputs**: :func:`shopsim_wh.testing.badinput.fuzz_ingest` over every reader and class, plus cut-short
@@ -49,7 +54,13 @@ from shopsim_wh.config import load_config  # noqa: E402
 from shopsim_wh.db import connect  # noqa: E402
 from shopsim_wh.sim.tasks import generate_tasks  # noqa: E402
 from shopsim_wh.testing import badinput  # noqa: E402
-from shopsim_wh.testing.faultproxy import FORWARDED_FAULTS, FaultProxy, RandomFaults  # noqa: E402
+from shopsim_wh.testing.faultproxy import (  # noqa: E402
+    FORWARDED_FAULTS,
+    FaultProxy,
+    RandomFaults,
+    steps_applied_twice,
+    steps_forwarded,
+)
 from shopsim_wh.testing.scan import count_files, scan_paths, scan_text  # noqa: E402
 from shopsim_wh.testing.servers import free_port  # noqa: E402
 
@@ -227,6 +238,49 @@ def leg_http(args, work: Path, out: dict) -> None:
     out["http_faults"] = dict(sorted(faults.items()))
 
 
+def leg_plain_faults(args, work: Path, out: dict) -> None:
+    import httpx
+
+    faults = [f for f in STORM_FAULTS if f not in ("400", "401")]
+    for exclusive in (True, False):
+        server = SimServer(idempotency=False, capacity=20)
+        name = f"plain-{'exclusive' if exclusive else 'shared'}"
+        try:
+            proxy = FaultProxy(server.url, RandomFaults(args.fault_rate, faults, seed=3), hold_s=1.0,
+                               retry_after="0.05").start()
+            try:
+                doc = job(name, args.plain_episodes, 8, "embedded", proxy.url)
+                doc["environment"].update(timeout_s=0.5, lease_timeout_s=5.0, exclusive=exclusive)
+                t0 = time.perf_counter()
+                res = run_job(doc, work / name, work)
+                secs = time.perf_counter() - t0
+                stats = httpx.get(server.url + "/v1/stats", timeout=5).json()
+                health = httpx.get(server.url + "/healthz", timeout=5).json()
+                leg = {"exclusive": exclusive, "rate": args.fault_rate, "episodes": res.planned,
+                       "completed": res.completed, "failed_episodes": res.planned - res.completed,
+                       "failed_attempts": res.failed, "reruns": res.reruns,
+                       # sent again on a lease after a step's answer was lost there; and the server's applied steps
+                       # minus the steps the proxy forwarded (each forwarded once): both must be 0
+                       "applied_twice": steps_applied_twice(proxy.log),
+                       "applied_not_forwarded": stats["interacts"] + stats["terminations"] - steps_forwarded(proxy.log),
+                       "leaked_leases": health["environment_slots"] - health["free_slots"],
+                       "lost_resets_unreclaimed": res.leases.get("lost", 0),
+                       "reclaimed": res.leases.get("reclaimed", 0), "seconds": round(secs, 1),
+                       "injected": sum(proxy.injected.values())}
+                if exclusive:  # the failed episodes resume on the next run (the faults off)
+                    proxy.chooser = None
+                    t0 = time.perf_counter()
+                    again = run_job(doc, work / name, work)
+                    leg["resume"] = {"attempted": again.attempted, "completed": again.completed,
+                                     "seconds": round(time.perf_counter() - t0, 1)}
+            finally:
+                proxy.stop()
+            out["plain"].append(leg)
+            log(f"plain faults {name}: {leg}")
+        finally:
+            server.close()
+
+
 def leg_durability(args, work: Path, out: dict) -> None:
     try:
         from shopsim_wh.testing import faults as dfaults
@@ -335,6 +389,14 @@ def table(out: dict) -> str:
         kind = "idempotent server" if leg["idempotent_server"] else "server without idempotency keys"
         lines.append(f"| HTTP faults at {leg['rate']:.0%}, {kind} | {leg['injected']} injected, {leg['runs']} run(s) "
                      f"to complete, {leg['differ_from_uninterrupted']} episodes differ from the uninterrupted run |")
+    for leg in out.get("plain", []):
+        kind = "exclusive" if leg["exclusive"] else "shared (no release_all)"
+        resume = leg.get("resume")
+        lines.append(f"| faults at {leg['rate']:.0%}, server without idempotency keys, {kind} | run ended by itself in "
+                     f"{leg['seconds']} s: {leg['completed']} completed, {leg['failed_episodes']} failed of "
+                     f"{leg['episodes']}; steps applied twice {leg['applied_twice']}, leases leaked "
+                     f"{leg['leaked_leases']}" + (f"; resume completed {resume['completed']}/{resume['attempted']} "
+                                                  f"in {resume['seconds']} s" if resume else "") + " |")
     recs = ", ".join(f"{k} {v}" for k, v in out["inputs"]["records"].items())
     lines.append(f"| bad inputs tried | {recs} ({out['inputs']['files']} files, 5 readers); "
                  f"{len(out['inputs']['problems'])} problems |")
@@ -362,10 +424,11 @@ def main() -> int:
     ap.add_argument("--episodes", type=int, default=32, help="episodes per load level (at least the level)")
     ap.add_argument("--fault-rate", type=float, default=0.3, help="HTTP fault probability per request")
     ap.add_argument("--fault-episodes", type=int, default=24)
+    ap.add_argument("--plain-episodes", type=int, default=104, help="episodes of the plain-faults leg")
     ap.add_argument("--kills", type=int, default=20, help="SIGKILLs of the kill storm (durability build)")
     ap.add_argument("--kill-delay", type=float, default=1.0, help="longest run before each SIGKILL (seconds)")
     ap.add_argument("--fuzz-records", type=int, default=400, help="random records per reader")
-    ap.add_argument("--legs", default="load,http,durability,inputs", help="which legs to run (comma-separated)")
+    ap.add_argument("--legs", default="load,http,plain-faults,durability,inputs", help="which legs to run (comma-separated)")
     ap.add_argument("--format", choices=["table", "json"], default="table")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = ap.parse_args()
@@ -376,13 +439,14 @@ def main() -> int:
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.INFO)
     work = Path(tempfile.mkdtemp(prefix="shopsim-soak-"))
-    out: dict = {"load": [], "http": [], "args": {k: v for k, v in vars(args).items() if k != "format"}}
+    out: dict = {"load": [], "http": [], "plain": [], "args": {k: v for k, v in vars(args).items() if k != "format"}}
     t0 = time.perf_counter()
     legs = set(args.legs.split(","))
     out["legs"] = sorted(legs)
     out.update(http_faults={}, inputs={"records": {}, "files": 0, "problems": []}, durability=None, sql=None)
     try:
-        for name, leg in (("load", leg_load), ("http", leg_http), ("durability", leg_durability), ("inputs", leg_inputs)):
+        for name, leg in (("load", leg_load), ("http", leg_http), ("plain-faults", leg_plain_faults),
+                          ("durability", leg_durability), ("inputs", leg_inputs)):
             if name in legs:
                 leg(args, work, out)
         leg_secrets(work, captured.getvalue(), out)  # always: it scans what the other legs wrote
@@ -395,7 +459,9 @@ def main() -> int:
     bad = out["inputs"]["problems"] or out["secrets"]["key_hits"] or out["secrets"]["goal_hits"] or any(
         leg["lost"] or leg["duplicated"] or leg["unexpected"] or leg["failed_with_reward"] or leg["differ_from_uninterrupted"]
         or (leg.get("checker") and any(leg["checker"].values())) for leg in out["http"]) or (
-        d is not None and not (d["storm_ok"] and d["crash_cases_ok"] == d["crash_cases"]))
+        d is not None and not (d["storm_ok"] and d["crash_cases_ok"] == d["crash_cases"])) or any(
+        leg["applied_twice"] or leg["applied_not_forwarded"] or (leg["exclusive"] and leg["leaked_leases"])
+        for leg in out["plain"])
     return 1 if bad else 0
 
 

@@ -75,7 +75,9 @@ class Environment(_Strict):
         "reward = r_strict) or `pi-slime` (the single-endpoint slime deployment: no observation_state, reward = r_loose).")
     persona: bool = Field(False, description="`if_persona` sent with reset: persona tasks (the user persona joins the system prompt).")
     seed: int = Field(0, description="Embedded simulator: catalog seed.")
-    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout (reset waits without a read timeout: the server blocks until a slot is free).")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout (a reset's wait for a free slot is bounded by lease_timeout_s instead).")
+    lease_timeout_s: float = Field(600.0, gt=0, description="How long a reset may wait for a free environment slot (the server blocks while every slot is leased); then the episode fails at stage `reset` with `LeaseTimeout` and is retried by the next run (docs/reliability.md).")
+    exclusive: bool = Field(False, description="This run is the environment server's only client: it sends `release_all` at its start and end, and mid-run when leases it cannot release (reset answers lost) fill the pool. Never set it on a shared server: release_all ends every client's sessions.")
     trust_env: bool = Field(False, description="Let httpx use proxy environment variables.")
 
 

@@ -5,7 +5,8 @@ Both return :class:`EnvStep`, so the runtime never knows which dialect it speaks
 ``shop_env`` (dialect ``shop_env``, wire format in docs/sim_protocol.md): every action is ``POST /api/shop_agent``
 and every answer is ``{"result": {...}}``. ``reset`` carries ``idx``, ``if_persona``,
 ``include_private_goal: false`` and ``interaction_mode: single_turn`` but never ``env_idx`` (the
-server assigns a slot, blocking until one is free, so reset has no read timeout); ``interact``,
+server assigns a slot, blocking until one is free, so a reset's read timeout is ``lease_timeout_s``, and
+running out of it is :class:`LeaseTimeout`); ``interact``,
 ``terminate`` and ``release_one`` carry ``env_idx`` and ``lease_id``. An error is
 ``{"result": {"error": "..."}}`` with HTTP 400 (bad field), 409 (stale lease) or 500; it becomes an
 :class:`EnvServerError` with the server's message and what to do. Every page must be
@@ -33,6 +34,12 @@ announces ``idempotency_keys: true`` in ``/healthz`` (the embedded one): every s
 a fresh ``request_id`` that its retries repeat, and the server answers a repeat from its reply cache instead
 of applying it again. Any other failure raises :class:`EnvUnavailable`: the episode fails (a ``failures``
 row, never a reward) and the runner re-runs it from reset.
+
+Leases (docs/reliability.md, "Leases and time limits"): ``release_one`` is always retried (a repeat of a release
+that was applied answers 409, which means the slot is no longer ours: nothing to do); a release that still gets no
+answer is kept in the run's :class:`LeaseBook` and tried again at the run's end. A reset whose answer was lost (or
+that timed out or was cancelled while waiting for a slot) may hold a slot whose lease id we never saw; nothing but
+``release_all`` can free it, so the book counts it (``lost``) and the runner decides (``environment.exclusive``).
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ PRIMARY_REWARD = {"shop_env": "r_strict", "pi-slime": "r_loose"}
 ENV_RETRIES = 4  # retries of one request that got no usable answer (when retrying is safe, see above)
 ENV_BACKOFF_S = 0.1  # base of the jittered exponential backoff between them (capped at ENV_BACKOFF_CAP_S)
 ENV_BACKOFF_CAP_S = 5.0
+LEASE_TIMEOUT_S = 600.0  # default of environment.lease_timeout_s: a reset's wait for a free slot
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 BUTTON_RE = re.compile(r"\[button\]\s*(.*?)\s*\[button_\]")
 PAGE_TITLES = {"页面：搜索首页": "search_home", "页面：搜索结果": "search_results", "页面：商品详情": "product_detail",
@@ -76,6 +84,24 @@ STATUS_HINTS = {
          "is recorded as failed and is retried when you run the same command again",
     500: "the environment server failed on this request; read its log (stepping an already finished session is a 500)",
 }
+
+
+class LeaseTimeout(EnvUnavailable):
+    """A reset waited ``lease_timeout_s`` for a free slot (every slot leased) and got no answer."""
+
+
+@dataclass
+class LeaseBook:
+    """The run's leases: how many are held now, resets whose lease id was lost, releases still owed."""
+
+    held: int = 0  # adapters between the start of their reset and the end of their release
+    lost: int = 0  # resets that may hold a slot whose lease id we never saw (only release_all frees it)
+    unreleased: list[tuple[int, str]] = field(default_factory=list)  # (env_idx, lease_id) whose release failed
+    reclaimed: int = 0  # release_all sent for lost leases
+    gate: asyncio.Event = field(default_factory=asyncio.Event, repr=False)  # clear while a reclaim drains the pool
+
+    def __post_init__(self) -> None:
+        self.gate.set()
 
 
 class EnvServerError(EnvironmentError_):
@@ -167,6 +193,13 @@ async def send_with_retries(client: httpx.AsyncClient, endpoint: str, body: dict
             resp = await client.post(endpoint, json=body, timeout=timeout)
         except httpx.HTTPError as exc:
             never_sent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+            if body.get("action") == "reset" and isinstance(exc, httpx.ReadTimeout):
+                wait = timeout.read if isinstance(timeout, httpx.Timeout) else timeout
+                raise LeaseTimeout(
+                    f"environment reset: no answer within {wait:g} s (environment.lease_timeout_s): every slot of the "
+                    f"server at {public_url(str(client.base_url))} stayed leased; the episode is recorded as failed "
+                    "and retried by the next run of the same command (raise environment.lease_timeout_s, lower "
+                    "runtime.concurrency, or free the server's slots)") from None
             problem, safe = f"{type(exc).__name__}: {exc}", never_sent or idempotent
         else:
             never_sent, safe = False, True
@@ -231,8 +264,12 @@ class ShopEnvAdapter:
     fidelity = "canonical"
 
     def __init__(self, client: httpx.AsyncClient, persona: bool = False, interaction_mode: str = "single_turn",
-                 timeout_s: float = 60.0, endpoint: str = "api/shop_agent", idempotent: bool = False):
+                 timeout_s: float = 60.0, endpoint: str = "api/shop_agent", idempotent: bool = False,
+                 lease_timeout_s: float = LEASE_TIMEOUT_S, book: LeaseBook | None = None):
         self.client = client
+        self.lease_timeout_s = lease_timeout_s
+        self.book = book if book is not None else LeaseBook()
+        self.counted = False  # this adapter is in book.held
         self.idempotent = idempotent  # the server honours request_id (GET /healthz: idempotency_keys)
         self.persona = persona
         self.hidden = hidden_fields(persona)
@@ -249,12 +286,28 @@ class ShopEnvAdapter:
                 "persona": self.persona, "interaction_mode": self.interaction_mode,
                 "environment_version": self.environment_version, "observation_version": self.observation_version}
 
+    @property
+    def holds_lease(self) -> bool:
+        return self.lease_id is not None
+
     async def _post(self, body: dict, what: str) -> dict:
-        # reset queues until a slot is free: no read timeout there
-        timeout = httpx.Timeout(self.timeout_s, read=None) if body["action"] == "reset" else self.timeout_s
-        if self.idempotent:
+        # reset queues until a slot is free: its read timeout is the lease wait
+        timeout = httpx.Timeout(self.timeout_s, read=self.lease_timeout_s) if body["action"] == "reset" \
+            else self.timeout_s
+        if self.idempotent:  # a fresh key per request, repeated by its retries (else the real wire format)
             body = {**body, "request_id": uuid.uuid4().hex}
-        result = await send_with_retries(self.client, self.endpoint, body, timeout, what, self.idempotent)
+        if body["action"] == "reset":
+            try:
+                result = await send_with_retries(self.client, self.endpoint, body, timeout, what, self.idempotent)
+            except (EnvUnavailable, EnvServerError, asyncio.CancelledError) as exc:
+                # it may hold a slot whose lease id we never saw (a gateway's 502 / 504 may follow an applied reset;
+                # the server's own 500 rolled its lease back)
+                if getattr(exc, "applied_maybe", True) and getattr(exc, "status", 502) in (502, 504):
+                    self.book.lost += 1
+                raise
+        else:
+            result = await send_with_retries(self.client, self.endpoint, body, timeout, what,
+                                             self.idempotent or body["action"] == "release_one")
         if body["action"] == "reset" and "env_idx" in result and result.get("lease_id"):
             # hold the lease before any check below can fail, so close() releases the slot
             self.env_idx, self.lease_id = int(result["env_idx"]), str(result["lease_id"])
@@ -274,8 +327,11 @@ class ShopEnvAdapter:
         return result
 
     async def reset(self, task_id: int) -> EnvStep:
-        if self.lease_id is not None:
+        if self.lease_id is not None or self.counted:
             raise EnvProtocolError("this adapter already holds a lease; use one adapter per episode")
+        await self.book.gate.wait()  # a reclaim of lost leases (release_all) is draining the pool
+        self.book.held += 1
+        self.counted = True
         res = await self._post({"action": "reset", "idx": task_id, "if_persona": self.persona,
                                 "include_private_goal": False, "interaction_mode": self.interaction_mode}, "reset")
         if self.lease_id is None:
@@ -330,11 +386,36 @@ class ShopEnvAdapter:
         return self._to_step(res)
 
     async def close(self) -> None:
-        if self.lease_id is None:
-            return
-        lease = self._lease("release_one")
-        self.env_idx = self.lease_id = None
-        await self._post({"action": "release_one", **lease}, "release_one")
+        try:
+            if self.lease_id is not None:
+                lease = self._lease("release_one")
+                self.env_idx = self.lease_id = None
+                await release(self.client, self.endpoint, lease, self.timeout_s, self.book)
+        finally:
+            if self.counted:
+                self.counted = False
+                self.book.held -= 1
+
+
+async def release(client: httpx.AsyncClient, endpoint: str, lease: dict, timeout_s: float, book: LeaseBook) -> None:
+    """``release_one`` of a known lease, retried (always safe, see the module docstring); a 409 means the slot is no
+    longer ours (released by an earlier try, a ``release_all`` or a server restart). One that still fails is owed:
+    kept in ``book.unreleased`` for the run's end, and raised."""
+    body = {"action": "release_one", **lease}
+    try:
+        await send_with_retries(client, endpoint, body, timeout_s, "release_one", True)
+    except EnvServerError as exc:
+        if exc.status != 409:
+            book.unreleased.append((lease["env_idx"], lease["lease_id"]))
+            raise
+    except BaseException:
+        book.unreleased.append((lease["env_idx"], lease["lease_id"]))
+        raise
+
+
+async def release_all(client: httpx.AsyncClient, endpoint: str, timeout_s: float) -> None:
+    """``release_all``: frees every slot of the server (every client's). Only for a server the run has alone."""
+    await send_with_retries(client, endpoint, {"action": "release_all"}, timeout_s, "release_all", True)
 
 
 class PiSlimeAdapter:
@@ -344,8 +425,9 @@ class PiSlimeAdapter:
     fidelity = "parsed_text"
 
     def __init__(self, client: httpx.AsyncClient, persona: bool = False, timeout_s: float = 60.0,
-                 endpoint: str = "api/shop_agent"):
+                 endpoint: str = "api/shop_agent", lease_timeout_s: float = LEASE_TIMEOUT_S):
         self.client = client
+        self.lease_timeout_s = lease_timeout_s
         self.persona = persona
         self.hidden = hidden_fields(persona)
         self.timeout_s = timeout_s
@@ -359,11 +441,23 @@ class PiSlimeAdapter:
                 "persona": self.persona, "interaction_mode": "single_turn",
                 "environment_version": None, "observation_version": None}
 
+    @property
+    def holds_lease(self) -> bool:
+        return self.env_idx is not None and not self.released
+
     async def _call(self, body: dict, what: str) -> dict:
-        timeout = httpx.Timeout(self.timeout_s, read=None) if body["action"] == "reset" else self.timeout_s
+        timeout = httpx.Timeout(self.timeout_s, read=self.lease_timeout_s) if body["action"] == "reset" \
+            else self.timeout_s
         try:
             resp = await self.client.post(self.endpoint, json={**body, "rollout_session_id": self.session_id},
                                           timeout=timeout)
+        except httpx.ReadTimeout as exc:
+            if body["action"] == "reset":
+                raise LeaseTimeout(f"environment reset: no answer within {self.lease_timeout_s:g} s "
+                                   "(environment.lease_timeout_s): every slot stayed leased; the episode is retried "
+                                   "by the next run of the same command") from exc
+            raise EnvProtocolError(f"environment {what}: {type(exc).__name__}: {exc}; is the server at "
+                                   f"{public_url(str(self.client.base_url))} up?") from exc
         except httpx.HTTPError as exc:
             raise EnvProtocolError(f"environment {what}: {type(exc).__name__}: {exc}; is the server at "
                                    f"{public_url(str(self.client.base_url))} up?") from exc
@@ -445,9 +539,10 @@ class PiSlimeAdapter:
 
 
 def make_adapter(dialect: str, client: httpx.AsyncClient, persona: bool = False, timeout_s: float = 60.0,
-                 idempotent: bool = False):
+                 idempotent: bool = False, lease_timeout_s: float = LEASE_TIMEOUT_S, book: LeaseBook | None = None):
     if dialect == "shop_env":
-        return ShopEnvAdapter(client, persona=persona, timeout_s=timeout_s, idempotent=idempotent)
+        return ShopEnvAdapter(client, persona=persona, timeout_s=timeout_s, idempotent=idempotent,
+                              lease_timeout_s=lease_timeout_s, book=book)
     if dialect == "pi-slime":
-        return PiSlimeAdapter(client, persona=persona, timeout_s=timeout_s)
+        return PiSlimeAdapter(client, persona=persona, timeout_s=timeout_s, lease_timeout_s=lease_timeout_s)
     raise ValueError(f"environment.dialect {dialect!r}: use shop_env or pi-slime")

@@ -10,12 +10,18 @@
   5xx / 409 of its own) is re-run from reset up to ``EPISODE_RERUNS`` times in the same run; every failed
   try stays an attempt with its ``failures`` row (docs/reliability.md). A model 401/403/404/400/422 stops
   the run (the message says what to check).
+* nothing waits without a bound (docs/reliability.md, "Leases and time limits"): every model and environment
+  request has its timeout and a bounded number of retries, a reset waits at most ``environment.lease_timeout_s``
+  for a slot, every lease is released (owed releases are tried again at the end), leases whose id was lost are
+  counted and, with ``environment.exclusive``, reclaimed with ``release_all``; after the first SIGTERM / SIGINT
+  the episodes still waiting for a slot are cancelled and the others get ``STOP_GRACE_S`` to finish.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import threading
 import time
@@ -30,7 +36,15 @@ import httpx
 from . import __version__, crash
 from .committer import SOURCE_FORMAT, Committer
 from .config import EMBEDDED, Config, public_url
-from .environment import PRIMARY_REWARD, make_adapter, read_health
+from .environment import (
+    PRIMARY_REWARD,
+    LeaseBook,
+    LeaseTimeout,
+    make_adapter,
+    read_health,
+    release,
+    release_all,
+)
 from .errors import ConfigError, EnvUnavailable, FingerprintMismatch, TestSplitGuard, WarehouseFullError
 from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
 from .model import ChatModel
@@ -41,7 +55,10 @@ from .schema import to_arrow
 from .skills import SkillProvider, load_skills
 from .warehouse import Warehouse, Writer
 
+log = logging.getLogger(__name__)
 EPISODE_RERUNS = 2  # re-runs from reset of an episode the environment failed (infrastructure), per run
+STOP_GRACE_S = 60.0  # after the first SIGTERM / SIGINT: how long the episodes holding a lease may take to finish
+LEASE_SETTLE_S = 30.0  # at the run's end: the bound on releasing owed leases and on release_all
 
 
 @dataclass
@@ -97,6 +114,7 @@ SEMANTIC_FIELDS: dict[str, tuple[str, ...]] = {
 EXECUTION_FIELDS: frozenset[str] = frozenset({
     "experiment.dotenv", "model.base_url", "model.api_key_env", "model.trust_env", "model.timeout_s",
     "model.max_retries", "model.retry_backoff_s", "environment.timeout_s", "environment.trust_env",
+    "environment.lease_timeout_s", "environment.exclusive",
     "runtime.concurrency", "runtime.executor", "runtime.ray_address", "runtime.ray_workers", "output.warehouse",
     "output.catalog",
 })
@@ -202,6 +220,9 @@ class RunResult:
             return 128 + int(getattr(signal, self.interrupted))
         return 1 if (self.fatal or self.failed) else 0
     unreachable: dict[str, str] = field(default_factory=dict)  # server URL -> the first failure connecting to it
+    # lost: resets whose answer was lost (each may hold a slot), reclaimed: release_all sent for them (exclusive),
+    # unreleased: known leases still not released at the end (the server refused or never answered)
+    leases: dict[str, int] = field(default_factory=dict)
 
 
 CONNECT_ERRORS = ("ConnectError", "ConnectTimeout", "Connection refused")
@@ -221,8 +242,8 @@ def infrastructure_failure(rec: EpisodeRecord) -> bool:
     from .environment import EnvServerError
 
     exc = rec.error
-    if rec.completed or exc is None or rec.fatal is not None:
-        return False
+    if rec.completed or exc is None or rec.fatal is not None or isinstance(exc, LeaseTimeout):
+        return False  # a full pool is not re-tried in the run (it would wait again): the next run retries it
     return isinstance(exc, EnvUnavailable) or (isinstance(exc, EnvServerError) and (exc.status >= 500 or exc.status == 409))
 
 
@@ -331,6 +352,44 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
         committer.on_error = abandon
 
         idempotent = health.get("idempotency_keys") is True
+        env_cfg = cfg.environment
+        book = LeaseBook()
+        slots = health.get("environment_slots") if isinstance(health.get("environment_slots"), int) else None
+        exclusive = env_cfg.exclusive and env_cfg.dialect == "shop_env"
+        live: dict[asyncio.Task, Any] = {}  # episode task -> its adapter (which of them hold a lease)
+        endpoint = "api/shop_agent"
+        if exclusive:  # the server is ours alone: free what a previous run left leased
+            await _bounded(release_all(env_client, endpoint, env_cfg.timeout_s), "release_all at the start")
+
+        async def reclaim() -> None:
+            """Exclusive server, lost leases filling the pool: let what holds a lease finish, then release_all."""
+            if not book.gate.is_set():
+                return
+            book.gate.clear()
+            try:
+                while book.held > 0:
+                    await asyncio.sleep(0.05)
+                if await _bounded(release_all(env_client, endpoint, env_cfg.timeout_s), "release_all (reclaim)"):
+                    book.lost, book.reclaimed = 0, book.reclaimed + 1
+            finally:
+                book.gate.set()
+
+        async def settle() -> None:
+            """The run's end: release what is owed; reclaim or report the leases whose id was lost."""
+            owed, book.unreleased = book.unreleased, []
+            for env_idx, lease_id in owed:
+                await _bounded(release(env_client, endpoint, {"env_idx": env_idx, "lease_id": lease_id},
+                                       env_cfg.timeout_s, book), f"release_one of slot {env_idx}")
+            if book.lost and exclusive and await _bounded(release_all(env_client, endpoint, env_cfg.timeout_s),
+                                                          "release_all at the end"):
+                book.lost, book.reclaimed = 0, book.reclaimed + 1
+            result.leases = {"lost": book.lost, "reclaimed": book.reclaimed, "unreleased": len(book.unreleased)}
+            if book.lost or book.unreleased:
+                log.warning("environment %s: %d reset(s) lost their answer or timed out waiting for a slot (each may "
+                            "hold a slot whose lease id was never seen) and %d release(s) failed; send release_all or "
+                            "restart the server when no "
+                            "other client uses it, or set environment.exclusive: true if this run is its only client",
+                            public_url(env_cfg.url), book.lost, len(book.unreleased))
 
         async def one(job: EpisodeJob) -> None:
             async with sem:
@@ -341,14 +400,21 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
 
         async def one_attempt(job: EpisodeJob) -> bool:
             """Run one attempt and queue it for commit; True when the environment failed it (re-run it)."""
-            env = make_adapter(cfg.environment.dialect, env_client, cfg.environment.persona, cfg.environment.timeout_s,
-                               idempotent=idempotent)
+            if exclusive and slots and book.lost and book.held + book.lost >= slots:
+                await reclaim()
+                if stop.is_set():
+                    return False
+            env = make_adapter(env_cfg.dialect, env_client, env_cfg.persona, env_cfg.timeout_s, idempotent=idempotent,
+                               lease_timeout_s=env_cfg.lease_timeout_s, book=book)
             rt = AgentRuntime(model, env, p.prompts, p.skills, cfg.runtime.max_steps, primary)
             running[0] += 1
+            me = asyncio.current_task()
+            live[me] = env
             try:
                 rec = await rt.run(job)
             finally:
                 running[0] -= 1
+                live.pop(me, None)
             crash.point("runner.episode_finished")
             committer.add(rec)
             result.attempted += 1
@@ -376,8 +442,12 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
             if result.interrupted is None:  # first signal: start nothing new, finish and commit what is in flight
                 result.interrupted = sig.name
                 stop.set()
+                waiting = [t for t, env in live.items() if not env.holds_lease]
+                for t in waiting:  # still waiting for a slot (or about to): nothing done yet, nothing to commit
+                    t.cancel()
+                asyncio.get_running_loop().call_later(STOP_GRACE_S, abandon)  # the rest get a bounded time
                 if start.on_signal:
-                    start.on_signal(sig.name, running[0])
+                    start.on_signal(sig.name, running[0] - len(waiting))
             else:  # second signal: abandon the episodes in flight
                 abandon()
 
@@ -390,6 +460,10 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
                 if isinstance(o, BaseException) and not isinstance(o, asyncio.CancelledError):
                     raise o
         finally:
+            try:
+                await settle()
+            except Exception as exc:  # noqa: BLE001 - bookkeeping of leases must not hide the run's outcome
+                log.warning("settling the run's environment leases failed: %s: %s", type(exc).__name__, exc)
             for sig in installed:
                 asyncio.get_running_loop().remove_signal_handler(sig)
             if watcher is not None:
@@ -400,6 +474,16 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
             result.committed = committer.committed
             if committer.error is not None:
                 raise committer.error
+
+
+async def _bounded(call: Awaitable, what: str, timeout_s: float = LEASE_SETTLE_S) -> bool:
+    """Await a best-effort lease call within ``timeout_s``; False (and a warning) when it failed or timed out."""
+    try:
+        await asyncio.wait_for(call, timeout_s)
+        return True
+    except Exception as exc:  # noqa: BLE001 - best effort: the caller reports what is left
+        log.warning("environment %s failed: %s: %s", what, type(exc).__name__, str(exc)[:300])
+        return False
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, handler) -> list[signal.Signals]:

@@ -167,7 +167,7 @@ def run(
                    "attempted": result.attempted, "completed": result.completed, "failed": result.failed,
                    "skipped": result.skipped, "seconds": round(result.seconds, 3), "exit_code": code,
                    "stopped_early": result.fatal, "unreachable": result.unreachable, "failures": result.failures,
-                   "summary": rows[0] if rows else None})
+                   "leases": result.leases, "summary": rows[0] if rows else None})
     elif not quiet:
         typer.echo(f"\n{result.attempted} episode(s) run in {result.seconds:.1f} s "
                    f"({result.completed} completed, {result.failed} failed, {result.skipped} skipped as already done) "
@@ -181,6 +181,11 @@ def run(
         typer.echo(f"stopped after {result.attempted} episode(s): nothing completed", err=True)
     for hint in hints:
         typer.secho(f"error: {hint}", fg="red", err=True)
+    if held := result.leases.get("lost", 0) + result.leases.get("unreleased", 0):  # lost: 0 once reclaimed
+        typer.secho(f"warning: up to {held} environment slot(s) may still be leased on the server (reset answers lost "
+                    "in transit, or releases it refused); send release_all or restart the server before the next run, "
+                    "or set environment.exclusive: true when this run is the server's only client "
+                    "(docs/reliability.md)", fg="yellow", err=True)
     if result.failed and not result.unreachable:
         typer.echo(f"{result.failed} episode(s) failed; they are kept in `failures` (shopsim-wh sql \"select * from "
                    "failures\"); run the same command again to retry them", err=True)

@@ -17,6 +17,7 @@ def serve(
     capacity: Annotated[int, typer.Option(help="Environment slots; a reset waits while all are leased.")] = 20,
     show_attrs: Annotated[bool, typer.Option(help="Offer the attributes subpage on product pages.")] = False,
     latency_ms: Annotated[float, typer.Option(help="Scripted policy: wait this long before each answer, like a real model server.")] = 0.0,
+    idempotency_keys: Annotated[bool, typer.Option("--idempotency-keys/--no-idempotency-keys", help="Answer a repeated request_id from the reply cache (announced in /healthz); --no-idempotency-keys behaves like the real shop_env, which has none.")] = True,
 ) -> None:
     """Serve the shop_env API (and the pi-slime dialect) and the OpenAI-compatible scripted policy on one port."""
     from ..sim.policy import PolicyConfig
@@ -26,4 +27,5 @@ def serve(
     typer.echo(f"health:           http://{host}:{port}/healthz")
     typer.echo(f"scripted policy:  http://{host}:{port}/v1 (models: GET /v1/models)")
     policy = PolicyConfig(overrides={"latency_ms": latency_ms} if latency_ms else {})
-    serve_app(host=host, port=port, seed=seed, capacity=capacity, show_attrs=show_attrs, policy=policy)
+    serve_app(host=host, port=port, seed=seed, capacity=capacity, show_attrs=show_attrs, policy=policy,
+              idempotency=idempotency_keys)

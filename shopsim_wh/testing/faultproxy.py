@@ -220,6 +220,8 @@ class FaultProxy:
                     return
         except (ConnectionError, OSError):
             return
+        except asyncio.CancelledError:  # the proxy is stopping: end quietly (a cancelled handler logs noise on 3.11)
+            return
         finally:
             if not writer.is_closing():
                 writer.close()
@@ -254,6 +256,40 @@ class FaultProxy:
         if not any(ln.lower().startswith((b"content-length:", b"transfer-encoding:")) for ln in resp_lines):
             resp_head = _with_length(resp_head, len(resp_body))
         return status, resp_head, resp_body
+
+
+STEP_ACTIONS = (b'"interact"', b'"terminate"')
+
+
+def steps_applied_twice(log: Iterable[LogEntry]) -> int:
+    """Requests that could apply a step twice, from a proxy's log: after a step on a lease was forwarded and its
+    answer lost (``reset_after``, ``timeout``, ``truncated``, ``malformed``), any later request on that lease but
+    its ``release_one``. Against a server without idempotency keys it must be 0 (docs/reliability.md)."""
+    lost: set[bytes] = set()
+    twice = 0
+    for e in log:
+        lease = _lease_of(e.body)
+        if lease is None:
+            continue
+        if lease in lost and b'"release_one"' not in e.body:
+            twice += 1
+        if e.fault in FORWARDED_FAULTS and any(a in e.body for a in STEP_ACTIONS):
+            lost.add(lease)
+    return twice
+
+
+def steps_forwarded(log: Iterable[LogEntry]) -> int:
+    """``interact`` / ``terminate`` requests the proxy forwarded (each applied once by the server)."""
+    return sum(1 for e in log if e.status is not None and any(a in e.body for a in STEP_ACTIONS))
+
+
+def _lease_of(body: bytes) -> bytes | None:
+    try:
+        doc = json.loads(body) if body else None
+    except ValueError:
+        return None
+    lease = doc.get("lease_id") if isinstance(doc, dict) else None
+    return str(lease).encode() if lease else None
 
 
 def _with_length(head: bytes, n: int) -> bytes:
