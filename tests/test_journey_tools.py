@@ -78,3 +78,33 @@ def test_a_trajectory_row_offers_one_click_with_every_page_value_it_clicked(jour
         section = row["text"].split("## tools\n", 1)[1].split("\n\n", 1)[0] if "## tools\n" in row["text"] else ""
         names = [line[2:].split(":", 1)[0] for line in section.splitlines() if line.startswith("- ")]
         assert len(names) == len(set(names)), (row["sample_id"], names)
+
+
+def test_an_empty_assistant_turn_exports_as_empty_text_every_template_renders(tmp_path):
+    """A ShopSimRL record (raw JSON lines) whose first turn was an `empty_response`: the model said nothing and
+    called nothing. Exported, that assistant message is empty text (null broke the qwen2.5 template), and the
+    trajectory renders through every template."""
+    from . import shopsimrl_raw as raw
+
+    j = raw.job("val", 7)
+    rec = raw.record(j, raw.provenance(raw.NO_SKILLS), 1.0, {"r_strict": 1.0})
+    feedback = {"role": "user", "content": json.dumps({"type": "tool_protocol_error", "code": "empty_response",
+                                                       "message": "model returned neither content nor tool calls"})}
+    conv = rec["conversation"]
+    rec["conversation"] = [*conv[:2], {"role": "assistant", "content": None}, feedback, *conv[2:]]
+    empty = {"content": None, "reasoning": None, "tool_calls": [], "finish_reason": "stop", "usage": {},
+             "response_id": "resp-empty", "metadata": {}, "latency_ms": 5.0, "raw_response": None,
+             "protocol_error": {"code": "empty_response", "message": "model returned neither content nor tool calls"},
+             "policy_failure": None}
+    first = {**rec["steps"][0], "step_index": 1, "model": empty, "action": None, "environment": None,
+             "protocol_feedback": json.loads(feedback["content"])}
+    rec["steps"] = [first, {**rec["steps"][0], "step_index": 2}]
+    raw.write_run(tmp_path / "runs", "empty-turn", [rec])
+    ok(shopsim("ingest", tmp_path / "runs", "-w", tmp_path / "wh"))
+    ok(shopsim("export", "sft-trajectory", "--out", tmp_path / "out", "--where", "true", "-f", "jsonl",
+               "-w", tmp_path / "wh"))
+    [row] = [json.loads(line) for f in sorted((tmp_path / "out").glob("*.jsonl")) for line in f.read_text().splitlines()]
+    assistants = [m for m in row["messages"] if m["role"] == "assistant"]
+    assert assistants[0]["content"] == "" and not assistants[0].get("tool_calls")
+    for name in ALL_TEMPLATES:
+        chat_tokenizer(name).apply_chat_template(row["messages"], tools=row["tools"], tokenize=False)

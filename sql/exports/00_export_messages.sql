@@ -156,6 +156,9 @@ final AS (
                  WHEN role IN ('system', 'user', 'assistant', 'tool') THEN role
                  ELSE 'user' END,
             CASE
+                -- a turn with neither text nor a call (a protocol error's empty answer): empty text, not null,
+                -- so that every chat template renders it
+                WHEN content IS NULL AND tool_calls IS NULL AND role = 'assistant' THEN ''
                 WHEN coalesce(getvariable('export_include_persona'), false) OR content NOT LIKE '%用户个人文档：%'
                     THEN content
                 ELSE export_strip_persona(content)
