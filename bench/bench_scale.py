@@ -2,7 +2,7 @@
 
     python bench/bench_scale.py                          # 10,000 episodes (a few minutes)
     python bench/bench_scale.py --sizes 10000,100000     # the growth from 10k to 100k
-    python bench/bench_scale.py --sizes 10000,100000,1000000 --skip export   # 1M: hours here, see the README
+    python bench/bench_scale.py --sizes 10000,100000,1000000 --skip export   # 1M: hours here (docs/performance.md)
 
 For each size N, each measurement runs in a fresh subprocess (its peak RSS is its own) and reports time, bytes and
 peak memory per episode, so a column that stays level as N grows is linear cost, and a flat peak RSS is streaming:

@@ -1,4 +1,4 @@
-"""bench/soak: the README reliability table, in one command.
+"""bench/soak: the soak table of docs/performance.md, in one command.
 
     .venv/bin/python bench/soak.py                 # quick: a few minutes on 2 cores
     .venv/bin/python bench/soak.py --episodes 400 --fault-rate 0.3 --kills 1000 --fuzz-records 3000
