@@ -245,6 +245,7 @@ def kill_storm(config: Path, warehouse: Path, kills: int, seed: int, max_delay_s
         shutil.rmtree(timing, ignore_errors=True)
     rng = random.Random(seed)
     res = StormResult()
+    restarts = 0
     while res.kills < kills:
         code = fork_call(lambda: run_job(config, warehouse), env, kill_after_s=rng.uniform(0.02, max_delay_s))
         if code == -signal.SIGKILL:
@@ -255,6 +256,12 @@ def kill_storm(config: Path, warehouse: Path, kills: int, seed: int, max_delay_s
         res.reports.append(check(warehouse, config))
         if progress:
             progress(res)
+        if code == 0 and not res.kills and restarts < 8:
+            # the job outran every kill (the machine sped up after the timing run): start over with half the
+            # delays, so that kills land however the machine's speed moves (bounded: 8 restarts)
+            shutil.rmtree(warehouse, ignore_errors=True)
+            max_delay_s, restarts, res = max_delay_s / 2, restarts + 1, StormResult()
+            continue
         if code == 0 and not res.reports[-1].missing:
             break  # the job finished before the next kill
     code = fork_call(lambda: run_job(config, warehouse), env)
