@@ -28,15 +28,14 @@ MEMORY_LIMIT = os.environ.get("SHOPSIM_WH_COMPACT_MEMORY") or "512MB"  # DuckDB'
 BATCH_ROWS = 64 * 1024
 
 
-def merge_sorted(wh, table: str, entries: list, staging_dir: Path, placed: list, file_target_bytes: int,
+def merge_sorted(wh, snap, select: str, table: str, staging_dir: Path, placed: list, file_target_bytes: int,
                  row_group_bytes: int, compression_level: int) -> Iterator[tuple[Path, int]]:
-    """Yield ``(staged_path, rows)`` for the merged, sorted content of ``entries`` (files of one run and table).
+    """Yield ``(staged_path, rows)`` for the merged, sorted rows of ``select``: the caller's
+    :func:`shopsim_wh.warehouse.staging_sql` over ``snap``, the files of one run and table (``wh.register`` makes
+    them readable on the sorting connection).
 
     Each path is appended to ``placed`` as soon as it exists (the caller's all-or-nothing cleanup)."""
     import duckdb
-
-    from .db import staging_sql
-    from .warehouse import Snapshot
 
     spec = TABLES[table]
     spill = Path(tempfile.gettempdir()) / f"shopsim-wh-compact-{uuid.uuid4().hex}"
@@ -46,8 +45,7 @@ def merge_sorted(wh, table: str, entries: list, staging_dir: Path, placed: list,
         con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
         con.execute("SET threads = 2")
         con.execute("SET enable_progress_bar = false")  # a long sort would draw one on stdout
-        wh.register(con, Snapshot(tables={table: entries}))
-        select = staging_sql(wh, Snapshot(tables={table: entries}), table)
+        wh.register(con, snap)
         order = ", ".join(f'"{k}"' for k in spec.sort_key)
         query = f"SELECT * EXCLUDE (run_id) FROM ({select}){' ORDER BY ' + order if order else ''}"
         rel = con.sql(query)

@@ -11,10 +11,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import config_import
+from .config_import import read_yaml_mapping
 from .errors import ConfigError
 from .names import RULE, is_name
 
@@ -156,19 +156,6 @@ def _resolve(base: Path, value: str | None) -> str | None:
         return value
     p = Path(value)
     return os.path.normpath(p if p.is_absolute() else (base / p))
-
-
-def read_yaml_mapping(path: Path) -> dict:
-    """A YAML file whose top level is a mapping, or a ConfigError that says what is wrong with it."""
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    return raw
 
 
 def load_config(path: str | os.PathLike) -> Config:

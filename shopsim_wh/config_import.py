@@ -275,7 +275,25 @@ def _get(out: dict, dotted: str) -> Any:
     return node
 
 
+# The top-level keys of shopsim_wh.config.Config in its order (a converted file is written in it). Config imports
+# this module, so the order is spelt here; tests/test_import_graph.py holds the two equal.
+CONFIG_KEYS = ("experiment", "tasks", "model", "environment", "skills", "runtime", "output", "prompt_template")
 PATH_KEYS = ("tasks.split_manifest", "skills.path", "prompt_template", "experiment.dotenv")
+
+
+def read_yaml_mapping(path: Path) -> dict:
+    """A YAML file whose top level is a mapping, or a ConfigError that says what is wrong with it."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return raw
 
 
 def import_file(path: str | os.PathLike, out: str | os.PathLike | None = None) -> tuple[str, list[str]]:
@@ -285,8 +303,6 @@ def import_file(path: str | os.PathLike, out: str | os.PathLike | None = None) -
     ``<out stem>.system_prompt.txt`` beside it.
     """
     import yaml
-
-    from .config import read_yaml_mapping
 
     src = Path(path)
     raw = read_yaml_mapping(src)
@@ -311,9 +327,7 @@ def import_file(path: str | os.PathLike, out: str | os.PathLike | None = None) -
         for key in PATH_KEYS:
             if _has(imp.config, key) and isinstance(_get(imp.config, key), str):
                 _set(imp.config, key, os.path.relpath(_get(imp.config, key), target.parent))
-    from .config import Config
-
-    order = list(Config.model_fields)
+    order = list(CONFIG_KEYS)
     imp.config = {k: imp.config[k] for k in sorted(imp.config, key=lambda k: order.index(k) if k in order else len(order))}
     header = [f"# Converted from ShopSimRL config {src.name} by `shopsim-wh config import` (docs/config_import.md)."]
     header += [f"# note: {n}" for n in imp.notes]

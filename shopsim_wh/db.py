@@ -21,34 +21,21 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .errors import WarehouseError
-from .schema import PARTITION_KEY, SCHEMA_VERSION, TABLES
-from .warehouse import Snapshot, Warehouse
+from .schema import TABLES
+from .sqltext import ident, sql_string  # noqa: F401  (re-exported: the SQL helpers' old home)
+from .warehouse import Snapshot, Warehouse, staging_sql
 
 LAYERS = ("base", "ir", "analytics", "exports")
 ON_DEMAND_LAYERS = ("exports",)  # installed by install_exports(), not by connect()
 SMALL_TABLE_BYTES = 512 << 10  # on-disk bytes: at 5,000 episodes runs, episodes, agents, tools and the other small tables
-
-_DUCK_TYPES = {
-    pa.string(): "VARCHAR", pa.int16(): "SMALLINT", pa.int32(): "INTEGER", pa.int64(): "BIGINT",
-    pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
-}
-
-
-def sql_string(value: str) -> str:
-    """Quote a string literal (for paths in DDL, where parameters are not allowed)."""
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def sql_dir() -> Path:
@@ -65,33 +52,6 @@ def sql_dir() -> Path:
 def sql_files() -> list[Path]:
     root = sql_dir()
     return [f for layer in LAYERS for f in sorted((root / layer).glob("*.sql"))]
-
-
-def _null(c) -> str:
-    return f"CAST(NULL AS {_DUCK_TYPES[c.type]}) AS {ident(c.name)}"
-
-
-def staging_sql(wh: Warehouse, snap: Snapshot, table: str, entries: list | None = None) -> str:
-    """SELECT over exactly the snapshot's files of a table (or ``entries``, some of them), columns in declared order.
-
-    Files written under the current schema version are read as they are; when older files are present
-    they are read by name and a column no file has yet (added by a later version) reads as NULL.
-    """
-    spec = TABLES[table]
-    entries = snap.files(table) if entries is None else entries
-    if not entries:
-        return f"SELECT CAST(NULL AS VARCHAR) AS {PARTITION_KEY}, {', '.join(_null(c) for c in spec.columns)} WHERE false"
-    paths = ", ".join(sql_string(wh.reader_path(e)) for e in entries)
-    current = all(e.schema_version == SCHEMA_VERSION for e in entries)
-    present = set(spec.column_names) if current else set().union(*(
-        set(spec.column_names) if e.schema_version == SCHEMA_VERSION else set(pq.read_schema(wh.open_input(e)).names)
-        for e in entries))
-    cols = ", ".join(ident(c.name) if c.name in present else _null(c) for c in spec.columns)
-    return (
-        f"SELECT {PARTITION_KEY}, {cols} FROM read_parquet([{paths}], "
-        f"hive_partitioning = true, hive_types = {{'{PARTITION_KEY}': VARCHAR}}"
-        f"{'' if current else ', union_by_name = true'})"
-    )
 
 
 _DEFINES = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+)?(?:VIEW|MACRO|TABLE)\s+(\w+)", re.IGNORECASE)
@@ -267,13 +227,11 @@ def fetch_arrow(con: duckdb.DuckDBPyConnection, query: str | None = None, params
 
 
 def as_connection(con_or_warehouse: duckdb.DuckDBPyConnection | str | os.PathLike,
-                  sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
+                  opener: Callable[[str | os.PathLike], duckdb.DuckDBPyConnection] | None = None
+                  ) -> duckdb.DuckDBPyConnection:
     """The library entry points take an open connection or a warehouse path; this is the one place that decides.
-    ``sandboxed``: a path opens :func:`shopsim_wh.sandbox.connect` (for entry points that run user SQL)."""
+    A path is opened with ``opener``: :func:`connect` by default, :func:`shopsim_wh.sandbox.connect` for entry
+    points that run user SQL."""
     if isinstance(con_or_warehouse, duckdb.DuckDBPyConnection):
         return con_or_warehouse
-    if sandboxed:
-        from .sandbox import connect as sandbox_connect
-
-        return sandbox_connect(con_or_warehouse)
-    return connect(con_or_warehouse)
+    return (opener or connect)(con_or_warehouse)

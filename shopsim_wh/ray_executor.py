@@ -8,7 +8,7 @@ The driver (:func:`run_on_ray`, called by :func:`shopsim_wh.runner.run`):
 2. splits the episodes still to do round-robin into ``runtime.ray_workers`` shares (default: the cluster's
    CPU count) and starts one Ray task per share (``num_cpus=1``, no retries);
 3. shows the total on the progress bar from the workers' events (a small progress actor) and sums their
-   results into one :class:`~shopsim_wh.runner.RunResult`;
+   results into one :class:`~shopsim_wh.execution.RunResult`;
 4. records the ``loads`` row and compacts the run's files, as the local runner does.
 
 A worker (:func:`_worker`) plans the same config (and refuses to run when its plan has another fingerprint,
@@ -43,8 +43,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .config import Config
-from .jobs import EpisodeJob
-from .runner import (
+from .execution import (
     Plan,
     RunResult,
     _existing_state,
@@ -57,6 +56,7 @@ from .runner import (
     plan,
     record_load,
 )
+from .jobs import EpisodeJob
 from .storage import is_url
 from .warehouse import Warehouse
 

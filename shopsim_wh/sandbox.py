@@ -134,7 +134,7 @@ def connect(root: str | os.PathLike, threads: int | None = None, limits: Limits 
     if is_url(str(root)):
         url = str(root).rstrip("/")
         return _locked_down(open_views(url, threads=threads), url, memory)
-    real = Path(root).resolve()  # the views read resolved paths (db.staging_sql), so allow the resolved root
+    real = Path(root).resolve()  # the views read resolved paths (warehouse.staging_sql), so allow the resolved root
     return _locked_down(open_views(real, threads=threads), real, memory)
 
 

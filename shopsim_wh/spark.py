@@ -4,7 +4,7 @@
 
 * ``stg_<table>``: a temporary view over exactly the current snapshot's files of each table (never a glob), with
   ``run_id`` from the Hive path (``basePath`` partition discovery, typed STRING by the declared schema), like
-  :func:`shopsim_wh.db.staging_sql` on DuckDB;
+  :func:`shopsim_wh.warehouse.staging_sql` on DuckDB;
 * every base, IR and analytics view and (``exports=True``) the exports layer, each statement of ``sql/`` parsed
   as DuckDB SQL and written as Spark SQL by sqlglot after :mod:`shopsim_wh.spark_sql` rewrote the DuckDB-only
   constructs (macros inlined, ``getvariable`` as session variables, JSON and list functions mapped; see

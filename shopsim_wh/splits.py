@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 
 PERSONA_SPLITS_SCHEMA = "shopsimrl-persona-splits-v1"
 SPLITS = ("train", "val", "test")
+DEFAULT_SPLITS_FILE = "persona_splits.v1.json"
+
+
+def default_split_manifest_path() -> Path:
+    """The embedded simulator's frozen persona-splits-v1 file (``shopsim_wh/sim/data``; ``sim.tasks`` writes it)."""
+    return Path(__file__).resolve().parent / "sim" / "data" / DEFAULT_SPLITS_FILE
 
 
 def task_ids_sha256(task_ids: Iterable[int]) -> str:
@@ -163,8 +169,6 @@ def parse_split_manifest(doc: object, where: str) -> SplitManifest:
 def load_split_manifest(path: str | None) -> SplitManifest:
     """The manifest at ``path``; None = the embedded simulator's frozen persona-splits-v1 file."""
     if path is None:
-        from .sim.tasks import default_split_manifest_path
-
         path = str(default_split_manifest_path())
         where = "(embedded)"
     else:

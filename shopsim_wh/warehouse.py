@@ -51,6 +51,7 @@ from .fsio import is_no_space
 from .fsio import unlink as _unlink
 from .names import check_name
 from .schema import DICTIONARY_COLUMNS, PARTITION_KEY, SCHEMA_VERSION, TABLES, conform
+from .sqltext import ident, sql_string
 from .storage import is_url, open_store, unique_name
 
 SNAPSHOT_FORMAT = "shopsim-wh-snapshot-v1"
@@ -284,6 +285,39 @@ class Warehouse:
                     self.store.close()
 
 
+_DUCK_TYPES = {
+    pa.string(): "VARCHAR", pa.int16(): "SMALLINT", pa.int32(): "INTEGER", pa.int64(): "BIGINT",
+    pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
+}
+
+
+def _null(c) -> str:
+    return f"CAST(NULL AS {_DUCK_TYPES[c.type]}) AS {ident(c.name)}"
+
+
+def staging_sql(wh: Warehouse, snap: Snapshot, table: str, entries: list | None = None) -> str:
+    """SELECT over exactly the snapshot's files of a table (or ``entries``, some of them), columns in declared order.
+
+    Files written under the current schema version are read as they are; when older files are present
+    they are read by name and a column no file has yet (added by a later version) reads as NULL.
+    """
+    spec = TABLES[table]
+    entries = snap.files(table) if entries is None else entries
+    if not entries:
+        return f"SELECT CAST(NULL AS VARCHAR) AS {PARTITION_KEY}, {', '.join(_null(c) for c in spec.columns)} WHERE false"
+    paths = ", ".join(sql_string(wh.reader_path(e)) for e in entries)
+    current = all(e.schema_version == SCHEMA_VERSION for e in entries)
+    present = set(spec.column_names) if current else set().union(*(
+        set(spec.column_names) if e.schema_version == SCHEMA_VERSION else set(pq.read_schema(wh.open_input(e)).names)
+        for e in entries))
+    cols = ", ".join(ident(c.name) if c.name in present else _null(c) for c in spec.columns)
+    return (
+        f"SELECT {PARTITION_KEY}, {cols} FROM read_parquet([{paths}], "
+        f"hive_partitioning = true, hive_types = {{'{PARTITION_KEY}': VARCHAR}}"
+        f"{'' if current else ', union_by_name = true'})"
+    )
+
+
 class CommitConflict(WarehouseError):
     """Another writer changed what this commit was built on (a compaction of a run someone else rewrote)."""
 
@@ -425,9 +459,11 @@ class Writer:
             entries = [e for e in self.snap.files(table, run_id) if not (small_only and e.compacted)]
             if len(entries) < min_files:
                 continue
+            snap = Snapshot(tables={table: entries})
             written[table] = [
                 self._place(table, run_id, StagedFile(path, rows), compacted=True)
-                for path, rows in merge_sorted(self.wh, table, entries, self.wh.staging_dir, self._placed,
+                for path, rows in merge_sorted(self.wh, snap, staging_sql(self.wh, snap, table), table,
+                                               self.wh.staging_dir, self._placed,
                                                COMPACT_FILE_TARGET_BYTES, ROW_GROUP_TARGET_BYTES, ZSTD_LEVEL)
             ]
             replaced[table] = entries

@@ -103,19 +103,19 @@ def test_fallback_records_of_a_batch_read_its_copy_and_equal_the_dump_writer(v4_
     """Several batches: the records the SQL leaves to the dump writer are built from the batch's own copy of the
     base rows (the last attempt of each episode), not from a scan of the whole warehouse per call, with the
     dump writer's bytes; retried episodes among them."""
-    from shopsim_wh.ingest import dump
+    from shopsim_wh.ingest import stored
 
     fallback = {r[0] for r in v4_wh.execute("SELECT episode_id FROM export_shopsimrl_v4 "
                                             "WHERE record_fallback IS NOT NULL").fetchall()}
     retried = {r[0] for r in v4_wh.execute("SELECT episode_id FROM retried_episodes").fetchall()}
     assert len(fallback) >= 2 and retried  # the fixture holds both
     read = []
-    fetch = dump._fetch
-    monkeypatch.setattr(dump, "_fetch", lambda con, q, params=None: read.append(q.split(" WHERE")[0]) or fetch(
+    fetch = stored._fetch
+    monkeypatch.setattr(stored, "_fetch", lambda con, q, params=None: read.append(q.split(" WHERE")[0]) or fetch(
         con, q, params))
     monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", "3")
     res = export("shopsimrl-v4", v4_wh, tmp_path, format="jsonl", where="true", shard_rows=10**9, **FLAGS["both"])
-    monkeypatch.setattr(dump, "_fetch", fetch)
+    monkeypatch.setattr(stored, "_fetch", fetch)
     assert "SELECT * FROM observations" in read, read  # the fallback ran, on the batch's views
     assert not [q for q in read if q.removeprefix("SELECT * FROM stg_") in (
         "steps", "messages", "observations", "actions", "agents", "tools")], read

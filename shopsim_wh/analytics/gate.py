@@ -627,9 +627,10 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
     if bootstrap < 0:
         raise GateError(f"bootstrap must be >= 0, not {bootstrap}")
     from ..db import as_connection
+    from ..sandbox import connect as sandbox_connect
 
     # a path opens the read-only sandbox: the covariates are SQL from the command line
-    con = as_connection(con_or_warehouse, sandboxed=True)
+    con = as_connection(con_or_warehouse, sandbox_connect)
     bare, treat, aligned = alignment(con, bare_run, treatment_run, allow_missing_checkpoint, assume_aligned)
     table = f"gate_pairs_{uuid.uuid4().hex[:12]}"
     cols = _pair_columns(con, bare_run, treatment_run, covariates)

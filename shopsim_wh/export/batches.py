@@ -39,8 +39,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..db import ident, sql_string
-from .registry import Kind
-from .writer import DUP, HASH, SHARD, _conform, _plain_type
+from .registry import SHADOWED, Kind
+from .writer import DUP, HASH, KEY, SHARD, _conform, _plain_type
 
 DEFAULT_BATCH_EPISODES = 500
 WORKERS = 2  # batches computed at once (threads, one DuckDB cursor each)
@@ -60,14 +60,9 @@ SHADOW_PENDING_BYTES = 64 << 20  # base rows routed to batches but not written y
 SHADOW_OPEN_FILES = 256  # batch files open at once while the base rows are copied, at most
 BATCH_COLUMN = "__batch"
 SPILL_ROW_GROUP = 2048  # rows per Arrow batch out of a batch's query, and per bucket row group (at least)
-# The base views the export views read whose rows belong to one episode: shadowed per batch.
-SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
 # the same, in the order of their usual bytes per episode at runner shape, largest first (copies started first)
 SHADOW_SIZE_ORDER = ("observations", "messages", "steps", "actions", "tools", "episodes", "agents")
-# The sample key (:func:`sample_key`): the md5 of the sample columns as two unsigned 64-bit halves, fixed width, so
-# that the duplicate search's hash table holds 16 bytes a row (a 32-character md5 text and the kept sample_id made
-# it hit DuckDB's memory cap at 13.7M rows)
-KEY = ("__key_hi", "__key_lo")
+# The sample key (:func:`sample_key`) is KEY: the md5 of the sample columns as two unsigned 64-bit halves
 KEY_COLUMNS = ", ".join(KEY)
 HASH_SPAN = 1 << 32
 

@@ -24,9 +24,8 @@ from collections.abc import Iterator
 import orjson
 import pyarrow as pa
 
-from .batches import KEY, SHADOWED
-from .registry import OWN_COLUMNS
-from .writer import DUP, HASH, SHARD
+from .registry import OWN_COLUMNS, SHADOWED
+from .writer import DUP, HASH, KEY, SHARD
 
 RECORD_BATCH = 500
 # what the fallback reads through the base views in an export batch (its copy of them): the copied tables but

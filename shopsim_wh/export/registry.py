@@ -36,6 +36,8 @@ from ..errors import ShopsimError
 HEADER = re.compile(r"^--\s*([a-z][a-z-]*):\s?(.*)$")
 REQUIRED = ("export", "grain", "sample", "filters", "description")
 OWN_COLUMNS = ("record", "record_fallback")  # columns of a record kind's view that are not output columns
+# The base views the export views read whose rows belong to one episode: shadowed per batch (batches.py).
+SHADOWED = ("episodes", "steps", "messages", "actions", "observations", "agents", "tools")
 
 
 class ExportError(ShopsimError):

@@ -20,6 +20,10 @@ ROW_GROUP_ROWS = 4096
 SHARD = "__shard"
 DUP = "__dup"
 HASH = "__h"  # the episode hash shards are ranges of (batches.hash_sql)
+# The sample key (batches.sample_key): the md5 of the sample columns as two unsigned 64-bit halves, fixed width, so
+# that the duplicate search's hash table holds 16 bytes a row (a 32-character md5 text and the kept sample_id made
+# it hit DuckDB's memory cap at 13.7M rows)
+KEY = ("__key_hi", "__key_lo")
 
 
 @dataclass

@@ -6,6 +6,7 @@
 Core code: no typer, no rich. The CLI wires ``shopsim-wh ingest`` / ``shopsim-wh dump`` to these.
 """
 
+from . import registry
 from .core import FileResult, IngestSummary, UnitContext, ingest
 from .registry import READERS, Reader, detect, formats, get_reader, register
 
@@ -22,3 +23,15 @@ def dump_run(warehouse, run_id: str, out_dir):
     """Run ``run_id`` as a ShopSimRL run directory (traces.jsonl, manifest.json, summary.json)."""
     from .dump import dump_run as _dump
     return _dump(warehouse, run_id, out_dir)
+
+
+def _load_readers() -> None:
+    """The built-in readers, imported once before the first look-up (each registers itself; in this order, since a
+    tie in format detection goes to the first). ``_v4_parallel`` registers ``shopsimrl-v4``."""
+    from . import agent_multi_turn, atif, claude_code, openai_messages  # noqa: F401
+
+    # isort: split
+    from . import _v4_parallel  # noqa: F401
+
+
+registry.load_builtin = _load_readers

@@ -1,4 +1,5 @@
-"""The v4 reader's parallel path: chunks of one file parsed by worker processes, merged in file order.
+"""The v4 reader's parallel path: chunks of one file parsed by worker processes, merged in file order; and the
+``shopsimrl-v4`` reader itself (:func:`read`: this path for large JSONL, ``v4.read_serial`` for the rest).
 
 Workers run :func:`parse_chunk` on byte ranges (see ``_pipeline.py``); :func:`read_parallel` fixes up
 what depends on earlier chunks - attempt numbers (counted per chunk), ``ingest_errors.line`` (relative
@@ -19,11 +20,13 @@ import pyarrow.parquet as pq
 
 from ..errors import IngestError
 from ..warehouse import StagedFile
+from . import v4
 from ._episode_index import EpisodeIndex
-from ._io import iter_lines
+from ._io import base_suffix, iter_lines
 from ._pipeline import chunk_bounds, map_chunks
 from ._rows import canonical
 from .core import UnitContext
+from .registry import Reader, register
 from .v4 import _new_state, _parse, _sidecars, duplicate_completed, finish_indexed, read_serial
 
 WORKERS = 2
@@ -173,3 +176,16 @@ def _fix_provenance(t: pa.Table, plain: set[str], prior: dict, chunk_prov, run_p
             del d["provenance"]
         extra[i] = canonical(d).decode() if d else None
     return t.set_column(t.schema.get_field_index("source_extra"), "source_extra", pa.array(extra, pa.string()))
+
+
+def read(ctx: UnitContext):
+    """Serial for small, compressed or ``.json`` files; large JSONL is parsed by worker processes in chunks."""
+    if ctx.parallel and not ctx.path.name.endswith((".gz", ".zst", ".zstd")) and base_suffix(ctx.path) != ".json" \
+            and ctx.path.stat().st_size >= v4.PIPELINE_MIN_BYTES:
+        yield from read_parallel(ctx)
+    else:
+        yield from read_serial(ctx)
+
+
+register(Reader(name="shopsimrl-v4", description="shopsimrl-episode-v4 (runs/<name>/traces.jsonl, slime rollout .json)",
+                sniff=v4.sniff, read=read, companions=v4.companions))

@@ -31,7 +31,7 @@ from statistics import fmean
 import orjson
 
 from .. import __version__
-from .dump import _Episode, _iso, _loads
+from .stored import _Episode, _iso, _loads
 
 V4 = "shopsimrl-episode-v4"
 MODEL_ORDER = ("content", "reasoning", "tool_calls", "finish_reason", "usage", "response_id", "metadata", "latency_ms",

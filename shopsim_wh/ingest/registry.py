@@ -1,4 +1,10 @@
-"""Readers registered by name, and content-based format detection for ``format="auto"``."""
+"""Readers registered by name, and content-based format detection for ``format="auto"``.
+
+Each reader module registers itself when imported. This module imports no reader (the readers import it): the
+package ``__init__`` sets :data:`load_builtin` to a function that imports the built-in ones, called once before the
+first look-up, as they were loaded before (lazily: a process that reads no format, such as an ingest worker, never
+imports them).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,9 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..errors import IngestError
-
-if TYPE_CHECKING:
-    from .core import UnitContext
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,7 @@ class Reader:
     """An ingest reader.
 
     ``sniff(head, path)`` returns a score (0 = not this format) from the first 64 KiB of the
-    decompressed input; ``read(ctx)`` is a generator that adds rows to ``ctx.sink`` and yields
+    decompressed input; ``read(ctx)`` (``ctx``: a :class:`~.core.UnitContext`) is a generator that adds rows to ``ctx.sink`` and yields
     whenever the buffered rows should be flushed into Parquet; ``companions(path)`` lists extra
     files that belong to the same unit (hashed with it, never ingested on their own).
     """
@@ -27,11 +30,12 @@ class Reader:
     name: str
     description: str
     sniff: Callable[[bytes, Path], int]
-    read: Callable[[UnitContext], Iterator[None]]
+    read: Callable[[Any], Iterator[None]]
     companions: Callable[[Path], list[Path]] = field(default=lambda p: [])
 
 
 READERS: dict[str, Reader] = {}
+load_builtin: Callable[[], None] | None = None  # set by the package __init__: imports the built-in readers
 
 
 def register(reader: Reader) -> Reader:
@@ -80,4 +84,5 @@ def _load_builtin() -> None:
     if _loaded:
         return
     _loaded = True
-    from . import agent_multi_turn, atif, claude_code, openai_messages, v4  # noqa: F401  (register themselves)
+    if load_builtin is not None:
+        load_builtin()

@@ -24,6 +24,9 @@ dropped before anything is stored; it is read only to compute ``episodes.right_p
 Attempts: the same ``episode_id`` on several lines = attempts 1, 2, ... in file order; the ``episodes`` view keeps
 the highest, i.e. the last line that parses (the original store's resume rule). Whatever no column holds goes
 into ``episodes.source_extra`` (sorted-key JSON, NULL when nothing), so ``dump`` re-emits the record.
+
+This module parses in this process (:func:`read_serial`); ``_v4_parallel.py`` registers the reader, whose ``read``
+sends large JSONL files to worker processes and the rest here.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from ._json import RecordError, cap, parse_record
 from ._rows import canonical, jdump, tool_schema_hash, tools_set_hash
 from ._v4_check import NUM, SCHEMA, STRN, _peek_store, validate
 from .core import INGEST_ZSTD_LEVEL, UnitContext
-from .registry import Reader, key_re, register
+from .registry import key_re
 
 TOP_ORDER = ("schema_version", "episode_id", "status", "job", "provenance", "started_at", "ended_at", "duration_ms",
              "reset", "selected_skills", "conversation", "steps", "final", "error")
@@ -106,17 +109,7 @@ class _State:
         self.done: dict[str, tuple[int, int, int, int]] = {}
 
 
-PIPELINE_MIN_BYTES = 64 * 1024 * 1024
-
-
-def read(ctx: UnitContext):
-    """Serial for small, compressed or ``.json`` files; large JSONL is parsed by worker processes in chunks."""
-    if ctx.parallel and not ctx.path.name.endswith((".gz", ".zst", ".zstd")) and base_suffix(ctx.path) != ".json" \
-            and ctx.path.stat().st_size >= PIPELINE_MIN_BYTES:
-        from ._v4_parallel import read_parallel
-        yield from read_parallel(ctx)
-    else:
-        yield from read_serial(ctx)
+PIPELINE_MIN_BYTES = 64 * 1024 * 1024  # JSONL from this size on is parsed by worker processes (_v4_parallel.read)
 
 
 def _new_state(ctx: UnitContext) -> _State:
@@ -747,6 +740,3 @@ def _args(raw: str):
 
 
 _NOT_JSON = object()
-
-register(Reader(name="shopsimrl-v4", description="shopsimrl-episode-v4 (runs/<name>/traces.jsonl, slime rollout .json)",
-                sniff=sniff, read=read, companions=companions))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import duckdb
 
 from . import charts, queries
-from .build import Section, Table
+from .document import Section, Table
 
 
 def _verdict(c, alpha: float) -> str:

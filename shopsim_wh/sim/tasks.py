@@ -24,14 +24,18 @@ from dataclasses import dataclass, field
 
 from shopsim_wh.sim.catalog import Product, generate_catalog
 from shopsim_wh.sim.vocab import FIRST_NAMES, OCCUPATIONS, PREFERENCES
+from shopsim_wh.splits import (  # noqa: F401  (DEFAULT_SPLITS_FILE, default_split_manifest_path: re-exported)
+    DEFAULT_SPLITS_FILE,
+    default_split_manifest_path,
+    dump_persona_splits,
+    persona_splits_document,
+)
 
 N_TASKS = 4600
 N_PERSONAS = 420
 N_SHARDS = 210  # products and personas of one shard only ever meet each other
 TASK_ID_SPACE = 60_000
 SPLIT_VERSION = "shopsim-splits.v1"
-
-_DATA_DIR = pathlib.Path(__file__).resolve().parent / "data"
 
 
 @dataclass(frozen=True)
@@ -246,14 +250,11 @@ def dump_split_manifest(manifest: dict) -> str:
 
 # ------------------------------------------------------------------ the shipped split file (persona-splits-v1)
 
-DEFAULT_SPLITS_FILE = "persona_splits.v1.json"
 SPLIT_POLICY_VERSION = "shopsim-wh-embedded-linked-groups-v1"
 
 
 def embedded_persona_splits(seed: int = 0) -> dict:
     """``generate_split_manifest(seed)`` as a ``shopsimrl-persona-splits-v1`` document (same task ids)."""
-    from shopsim_wh.splits import persona_splits_document
-
     flat = generate_split_manifest(seed)
     tasks = generate_tasks(seed).tasks
     split_of = {t: name for name in ("train", "val", "test") for t in flat[name]}
@@ -268,10 +269,6 @@ def embedded_persona_splits(seed: int = 0) -> dict:
     return persona_splits_document(flat, persona=True, policy=policy, source=source, groups=groups)
 
 
-def default_split_manifest_path() -> pathlib.Path:
-    return _DATA_DIR / DEFAULT_SPLITS_FILE
-
-
 def load_default_split_manifest() -> dict:
     """The shipped ``shopsimrl-persona-splits-v1`` document (``["splits"][name]["task_ids"]``)."""
     return json.loads(default_split_manifest_path().read_text(encoding="utf-8"))
@@ -284,8 +281,6 @@ def default_task_ids(split: str) -> list[int]:
 
 def write_default_split_manifest() -> pathlib.Path:
     """Regenerate the shipped file (seed 0). ``python -m shopsim_wh.sim write-splits`` calls this."""
-    from shopsim_wh.splits import dump_persona_splits
-
     path = default_split_manifest_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dump_persona_splits(embedded_persona_splits(0)), encoding="utf-8")
