@@ -33,12 +33,7 @@ from datetime import UTC, datetime
 from .config import EMBEDDED, Config
 from .environment import make_adapter  # noqa: F401  (re-exported: bench/bench_runner.py)
 from .errors import ConfigError, TestSplitGuard, WarehouseFullError
-from .execution import (  # noqa: F401  (the names below were defined here: re-exported for their users)
-    CONNECT_ERRORS,
-    EPISODE_RERUNS,
-    LEASE_SETTLE_S,
-    STOP_GRACE_S,
-    Plan,
+from .execution import (  # noqa: F401  (config_json, make_clients, make_model: re-exported for tests and bench/)
     RunResult,
     _existing_state,
     _run_async,
@@ -46,14 +41,10 @@ from .execution import (  # noqa: F401  (the names below were defined here: re-e
     check_resume,
     config_json,
     grace_seconds,
-    infrastructure_failure,
     make_clients,
     make_model,
-    model_identity,
-    open_run,
     plan,
     record_load,
-    unreachable_url,
 )
 from .runlock import experiment_lock
 from .runtime import EpisodeRecord

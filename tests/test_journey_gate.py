@@ -148,6 +148,11 @@ def test_compare_reproduces_the_published_comparison_with_its_alignment(test_spl
     res = ok(shopsim("compare", "qwen35-4b-test-base-free", "qwen35-4b-test-base-s0", "--format", "json", "-w", wh))
     doc = json.loads(res.stdout)
     assert ids["qwen35-4b-test-base-free"].startswith("shopsimrl-v4.")
+    # the same two runs, paired by their manifests' job lists, in the checkpoint_compare view
+    pair = json.loads(ok(shopsim("sql", "select n_pairs from checkpoint_compare where $a in (run_a, run_b) and "
+                                 "$b in (run_a, run_b)", "-p", f"a={ids['qwen35-4b-test-base-free']}",
+                                 "-p", f"b={ids['qwen35-4b-test-base-s0']}", "-f", "json", "-w", wh)).stdout)
+    assert pair == [{"n_pairs": 400}]
     assert doc["paired"]["pairs"] == want["pairs"] == 400
     assert {k: doc["paired"]["bootstrap"][k] for k in want["bootstrap"]} == want["bootstrap"]
     for metric, exp in want["metrics"].items():

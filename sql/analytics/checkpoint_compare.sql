@@ -1,4 +1,5 @@
--- checkpoint_compare: every pair of runs with the same job list (fingerprint field job_list_hash), compared on
+-- checkpoint_compare: every pair of runs with the same job list (fingerprint field job_list_hash, or jobs.sha256
+-- of an ingested ShopSimRL run's manifest), compared on
 -- the jobs (task_id, sample_id) both completed.
 -- grain: one row per run pair, run_a created before run_b (ties: by run_id). key: (run_a, run_b)
 -- delta = reward_b - reward_a per job; delta_sem = stddev_samp(delta) / sqrt(n_pairs) (the paired SEM);
@@ -9,7 +10,9 @@ CREATE OR REPLACE VIEW checkpoint_compare AS
 WITH run_keys AS (
     SELECT
         run_id, created_at, model_name, checkpoint_id,
-        json_extract_string(fingerprint_fields, '$.job_list_hash') AS job_list_hash
+        -- the runner's job_list_hash, else an ingested ShopSimRL run's (run_identity: jobs.sha256 of its plan)
+        coalesce(json_extract_string(fingerprint_fields, '$.job_list_hash'),
+                 json_extract_string(fingerprint_fields, '$.jobs.sha256')) AS job_list_hash
     FROM runs
     WHERE fingerprint_fields IS NOT NULL AND json_valid(fingerprint_fields)
 ),
