@@ -3,7 +3,7 @@
     python bench/bench_analytics.py            # 5,000 episodes (quick)
     python bench/bench_analytics.py --full     # also 1,000,000 episodes (15 steps each; ~5 min to generate once)
 
-Warehouses are generated once by shopsim_wh.analytics.synth and cached under bench/out/ (regenerated when the
+Warehouses are generated once by shopsim_wh.demo.shop and cached under bench/out/ (regenerated when the
 generator's source changes). Timings use one warm connection (the query ran once before), best and median of
 --repeat runs. The naive baselines read the same Parquet files with pyarrow and compute the same result in
 plain Python loops over the rows (numpy only for the small solves).
@@ -28,10 +28,10 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from shopsim_wh.analytics import synth  # noqa: E402
 from shopsim_wh.analytics.gate import gate  # noqa: E402
-from shopsim_wh.db import connect  # noqa: E402
-from shopsim_wh.warehouse import Warehouse  # noqa: E402
+from shopsim_wh.demo import shop as synth  # noqa: E402
+from shopsim_wh.engines.db import connect  # noqa: E402
+from shopsim_wh.store.warehouse import Warehouse  # noqa: E402
 
 OUT = REPO / "bench" / "out"
 SIZES = {5_000: 4, 1_000_000: 10}  # episodes -> runs (the 1M warehouse has ten 100,000-episode runs)
@@ -42,7 +42,7 @@ TARGETS_MS = {("run_metrics", 5_000): 20, ("run_metrics", 1_000_000): 1000, ("ga
 
 def generator_version() -> str:
     """Changes with the generator's source and with the declared schema (both shape the files)."""
-    from shopsim_wh.schema import SCHEMA_VERSION, TABLES
+    from shopsim_wh.core.schema import SCHEMA_VERSION, TABLES
 
     h = hashlib.sha256(repr((SCHEMA_VERSION, [(t, spec.column_names) for t, spec in TABLES.items()])).encode())
     for name in ("synth.py", "synth_coding.py"):

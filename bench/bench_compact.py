@@ -20,7 +20,7 @@ import time
 
 CHILD = """
 import json, resource, sys, time
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.store.warehouse import Warehouse
 t0 = time.perf_counter()
 with Warehouse(sys.argv[1]).writer(grace_s=0) as w:
     n = w.compact("r")
@@ -30,8 +30,8 @@ print(json.dumps({"files_replaced": n, "seconds": round(time.perf_counter() - t0
 
 
 def build(root: str, commits: int, steps: int) -> int:
-    from shopsim_wh.schema import to_arrow
-    from shopsim_wh.warehouse import Warehouse
+    from shopsim_wh.core.schema import to_arrow
+    from shopsim_wh.store.warehouse import Warehouse
 
     with Warehouse(root).writer() as w:
         for c in range(commits):

@@ -5,7 +5,7 @@ seeded SIGKILL storms during runs and resumes; prints what survived beside the u
 
 The soak (bench/soak) can call the same functions: ``shopsim_wh.testing.faults.crash_matrix(base, config, work)``
 and ``faults.kill_storm(config, warehouse, kills, seed)``; each returns results whose ``ok`` is the verdict and
-whose reports (``shopsim_wh.check.CheckReport``) carry lost / duplicated / unexpected / partial counts.
+whose reports (``shopsim_wh.ops.check.CheckReport``) carry lost / duplicated / unexpected / partial counts.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def method_copy(wh: Path, out: Path, _n: int) -> dict:
 
 
 def method_naive(wh: Path, out: Path, n: int) -> dict:
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines.db import connect
 
     t = time.perf_counter()
     con = connect(wh)
@@ -67,7 +67,7 @@ METHODS = {"export": method_export, "copy": method_copy, "naive": method_naive}
 
 
 def _generate(wh: Path, n: int) -> None:
-    from shopsim_wh.analytics.synth import generate
+    from shopsim_wh.demo.shop import generate
 
     generate(wh, n, runs=1, coding_episodes=0)
 

@@ -44,7 +44,7 @@ def method_copy(wh: Path, out: Path, _n: int) -> dict:
 
 
 def _episodes(wh: Path) -> int:
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines.db import connect
 
     return connect(wh).execute("SELECT count(*) FROM episodes").fetchone()[0]
 
@@ -55,7 +55,7 @@ def _h(m: tuple) -> str:
 
 
 def method_naive(wh: Path, out: Path, n: int) -> dict:
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines.db import connect
 
     t = time.perf_counter()
     con = connect(wh)
@@ -107,7 +107,7 @@ METHODS = {"export": method_export, "copy": method_copy, "naive": method_naive}
 
 
 def _generate(wh: Path, n: int) -> None:
-    from shopsim_wh.analytics.synth import generate
+    from shopsim_wh.demo.shop import generate
 
     generate(wh, n, runs=1, repeats=3, coding_episodes=0)
 

@@ -13,7 +13,7 @@ and ~46 KB per episode with reasoning and persona, many small fields; beyond 2,0
 (the export is timed too, best of ``--repeat`` like the ingest, its runs interleaved with the ingest's: its
 output MB/s and MB per CPU-second, to set against the ingest's input figures).
 
-Generates realistic v4 files in the real ShopSimRL runtime's shape (``shopsim_wh.ingest.synth_v4``: ~15 steps,
+Generates realistic v4 files in the real ShopSimRL runtime's shape (``shopsim_wh.demo.shopsimrl_v4``: ~15 steps,
 KB-sized Chinese observations and reasoning, tool schemas built from observation_state, Python-json
 separators) and measures, each in a fresh subprocess (so peak RSS is its own):
 
@@ -169,9 +169,9 @@ RUNNER_BASE = 2000  # episodes the runner really runs; a larger --runner-v4 N re
 REPLICATE = r"""
 import sys
 import duckdb
-from shopsim_wh.db import fetch_arrow
-from shopsim_wh.warehouse import Warehouse
-from shopsim_wh.schema import TABLES
+from shopsim_wh.engines.db import fetch_arrow
+from shopsim_wh.store.warehouse import Warehouse
+from shopsim_wh.core.schema import TABLES
 src, dst, copies = Warehouse(sys.argv[1]), Warehouse(sys.argv[2]), int(sys.argv[3])
 snap = src.snapshot()
 con = duckdb.connect()
@@ -213,8 +213,8 @@ def runner_warehouse(work: Path, n: int) -> Path:
     base = min(n, RUNNER_BASE)
     src = work / f"runner-wh-{base}"
     if not src.exists():
-        from shopsim_wh import runner
-        from shopsim_wh.config import Config
+        from shopsim_wh.core.config import Config
+        from shopsim_wh.rollout import runner
 
         t = time.perf_counter()
         per = min(base, 200)
@@ -269,7 +269,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs of each measurement (best is reported)")
     a = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    from shopsim_wh.ingest import synth_v4
+    from shopsim_wh.demo import shopsimrl_v4 as synth_v4
 
     sizes = [int(s) for s in a.sizes.split(",") if s]
     if a.with_50k and 50000 not in sizes:

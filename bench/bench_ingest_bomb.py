@@ -32,7 +32,7 @@ WRAPPER = ("import resource, subprocess, sys\nr = subprocess.run(sys.argv[1:], s
 
 def record(i: int) -> bytes:
     """A small ShopSimRL-shaped record (the synthetic generator's, one step)."""
-    from shopsim_wh.ingest import synth_v4
+    from shopsim_wh.demo import shopsimrl_v4 as synth_v4
 
     return json.dumps(synth_v4.record(i, steps=1, obs_words=8, think_words=8), ensure_ascii=False).encode()
 
@@ -76,7 +76,7 @@ def main() -> None:
         gen = time.perf_counter() - t0
         base, base_s = ingest(work / "plain" / "traces.jsonl.gz", work / "wh-plain")
         bomb, bomb_s = ingest(work / "bomb" / "traces.jsonl.gz", work / "wh-bomb")
-        from shopsim_wh.db import connect
+        from shopsim_wh.engines.db import connect
 
         con = connect(work / "wh-bomb")
         episodes = con.execute("select count(*) from episodes").fetchone()[0]

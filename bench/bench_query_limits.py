@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--memory", default="1GB")
     args = ap.parse_args()
-    from shopsim_wh.analytics.synth import generate
+    from shopsim_wh.demo.shop import generate
 
     with tempfile.TemporaryDirectory(prefix="shopsim-limits-") as tmp:
         wh = Path(tmp) / "wh"

@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from shopsim_wh import runner
-from shopsim_wh.check import canonical_rows
-from shopsim_wh.config import Config
+from shopsim_wh.core.config import Config
+from shopsim_wh.ops.check import canonical_rows
+from shopsim_wh.rollout import runner
 
 
 def config(n: int, concurrency: int, latency_ms: int, executor: str = "local", workers: int | None = None,
@@ -60,7 +60,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("RAY_worker_niceness", str(args.ray_niceness))
     workers = [int(w) for w in args.workers.split(",")]
-    from shopsim_wh.ray_executor import LOOPBACK_ENV
+    from shopsim_wh.rollout.ray_executor import LOOPBACK_ENV
 
     for key, value in LOOPBACK_ENV.items():  # before Ray is imported: the local cluster on 127.0.0.1
         os.environ.setdefault(key, value)

@@ -4,7 +4,7 @@
     python bench/bench_report.py                 # 5,000 shop episodes in 4 runs + 6 coding sessions
     python bench/bench_report.py --episodes 50000
 
-The warehouse is generated once by shopsim_wh.analytics.synth under bench/out/report-<N>/. Timings are the best of
+The warehouse is generated once by shopsim_wh.demo.shop under bench/out/report-<N>/. Timings are the best of
 --repeat fresh connections (the report owns its connection, as the CLI does); the gate section uses 1,000
 bootstrap resamples.
 """
@@ -20,10 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from shopsim_wh.analytics import synth  # noqa: E402
-from shopsim_wh.db import connect  # noqa: E402
+from shopsim_wh.demo import shop as synth  # noqa: E402
+from shopsim_wh.engines.db import connect  # noqa: E402
 from shopsim_wh.report import write_report  # noqa: E402
-from shopsim_wh.warehouse import Warehouse  # noqa: E402
+from shopsim_wh.store.warehouse import Warehouse  # noqa: E402
 
 
 def best(fn, repeat: int) -> float:

@@ -16,12 +16,12 @@ import statistics
 import tempfile
 import time
 
-from shopsim_wh import runner
-from shopsim_wh.config import Config
-from shopsim_wh.environment import ShopEnvAdapter
-from shopsim_wh.model import ChatModel
-from shopsim_wh.prompts import tools_for
-from shopsim_wh.runtime import AgentRuntime, check_turn
+from shopsim_wh.core.config import Config
+from shopsim_wh.rollout import runner
+from shopsim_wh.rollout.environment import ShopEnvAdapter
+from shopsim_wh.rollout.model import ChatModel
+from shopsim_wh.rollout.prompts import tools_for
+from shopsim_wh.rollout.runtime import AgentRuntime, check_turn
 
 
 def config(n_episodes: int, concurrency: int, name: str) -> Config:
@@ -73,7 +73,7 @@ def bench_runner(n: int, concurrency: int) -> dict:
             t0 = time.perf_counter()
             res = runner.run(config(n, concurrency, f"bench-c{concurrency}"), d)
             wall = time.perf_counter() - t0
-            from shopsim_wh.db import connect
+            from shopsim_wh.engines.db import connect
 
             steps = connect(d).execute("select count(*) from steps").fetchone()[0]
     finally:

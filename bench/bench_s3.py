@@ -59,14 +59,14 @@ def _attach_s3(con, endpoint: str) -> str:
         con.execute(f"CREATE SECRET (TYPE s3, KEY_ID 'test', SECRET 'test', REGION 'us-east-1', ENDPOINT '{host}', "
                     "URL_STYLE 'path', USE_SSL false)")
         return "httpfs"
-    from shopsim_wh.storage import S3Store
+    from shopsim_wh.store.storage import S3Store
 
     S3Store("s3://x").register(con)
     return "fsspec-s3fs"
 
 
 def build(episodes: int, endpoint: str, work: str, local: bool = True, exports: bool = True) -> dict:
-    from shopsim_wh.analytics.synth import demo_runs, generate
+    from shopsim_wh.demo.shop import demo_runs, generate
     from shopsim_wh.testing.s3server import make_bucket
 
     make_bucket("bench")
@@ -78,7 +78,7 @@ def build(episodes: int, endpoint: str, work: str, local: bool = True, exports: 
     t0 = time.perf_counter()
     generate(url, episodes, runs=demo_runs(), seed=11, repeats=2, coding_episodes=6)
     t_s3 = time.perf_counter() - t0
-    from shopsim_wh.warehouse import Warehouse
+    from shopsim_wh.store.warehouse import Warehouse
 
     wh = Warehouse(url)
     snap = wh.snapshot()
@@ -96,7 +96,7 @@ def build(episodes: int, endpoint: str, work: str, local: bool = True, exports: 
 
 def _workload(root: str, out_dir: str) -> dict:
     """connect, run_metrics and the sft-action export on one side (the issue's per-size workload)."""
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines.db import connect
     from shopsim_wh.export import export
 
     t0 = time.perf_counter()

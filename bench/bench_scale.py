@@ -66,7 +66,7 @@ s = ingest([src], wh)
 done(t, episodes=s.episodes_landed)
 """,
     "run_metrics": PRELUDE + r"""
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 t = time.perf_counter()
 con = connect(sys.argv[1])
 rows = con.execute("SELECT * FROM run_metrics").fetchall()
@@ -74,7 +74,7 @@ done(t, rows=len(rows))
 """,
     "gate": PRELUDE + r"""
 from shopsim_wh.analytics.gate import gate
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 t = time.perf_counter()
 res = gate(connect(sys.argv[1]), sys.argv[2], sys.argv[3], bootstrap=1000)
 done(t, pairs=res.n_pairs, decision=res.decision)
@@ -152,7 +152,7 @@ def write_v4(path: str, n: int) -> None:
     ids, ``idx``, ``task_id``, goal), so every episode is distinct by id while the content, and so the bytes
     per episode, stays the generator's. Copies ``POOL`` apart share content: beyond zstd's window and Parquet's
     dictionary page, so they compress no better than distinct ones."""
-    from shopsim_wh.ingest import synth_v4
+    from shopsim_wh.demo import shopsimrl_v4 as synth_v4
 
     if n <= POOL:
         synth_v4.write_file(path, n, **V4)
@@ -178,7 +178,7 @@ def analytics_warehouse(work: Path, n: int, uri: str | None = None) -> str:
             "synth.generate(sys.argv[1], int(sys.argv[2]), runs=2, steps=15, seed=0, coding_episodes=0)")
     if uri is None:
         return str(cached(work / f"wh-{n}", {"n": n, "gen": generator_key()}, lambda p: generate(code, p, n)))
-    from shopsim_wh.warehouse import Warehouse
+    from shopsim_wh.store.warehouse import Warehouse
 
     url = f"{uri.rstrip('/')}/wh-{n}"
     if Warehouse(url).store.current() is None:  # object storage: no marker; an existing snapshot is reused
@@ -190,7 +190,7 @@ def analytics_warehouse(work: Path, n: int, uri: str | None = None) -> str:
 
 def objects(url: str):
     """(key, size) of every object under an s3:// prefix."""
-    from shopsim_wh.storage import S3Store
+    from shopsim_wh.store.storage import S3Store
 
     store = S3Store(url)
     for page in store.client.get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=store.prefix + "/"):
@@ -201,7 +201,7 @@ def remove(target: Path | str) -> None:
     if "://" not in str(target):
         shutil.rmtree(target, ignore_errors=True)
         return
-    from shopsim_wh.storage import S3Store
+    from shopsim_wh.store.storage import S3Store
 
     store, keys = S3Store(str(target)), [k for k, _ in objects(str(target))]
     for i in range(0, len(keys), 1000):

@@ -49,7 +49,7 @@ def copy_floor(kind: str, wh: Path, out: Path) -> dict:
     ``--copy-memory`` (env SHOPSIM_WH_BENCH_COPY_MEMORY) DuckDB is capped there and spills beside ``out``."""
     import os
 
-    from shopsim_wh.db import connect, install_exports
+    from shopsim_wh.engines.db import connect, install_exports
     from shopsim_wh.export.core import blocks_of, prepare
     from shopsim_wh.export.registry import get_kind
 

@@ -21,7 +21,7 @@ Legs (each on its own warehouse under a scratch directory):
 * **kills, crash points, disk full**: the durability helper's :mod:`shopsim_wh.testing.faults` when this
   build has it (else reported as not available);
 * **bad inputs**: :func:`shopsim_wh.testing.badinput.fuzz_ingest` over every reader and class, plus cut-short
-  .gz / .zst; hostile SQL through :mod:`shopsim_wh.sandbox` when this build has it;
+  .gz / .zst; hostile SQL through :mod:`shopsim_wh.engines.sandbox` when this build has it;
 * **nothing lost**: lost / duplicated / unexpected episodes against the plan (the durability checker when
   present, else the checks below), and the scanner's hits for a canary API key and the private goals'
   tokens in every file written, the captured logs and a failing CLI run's output.
@@ -49,9 +49,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from shopsim_wh import runner  # noqa: E402
-from shopsim_wh.config import load_config  # noqa: E402
-from shopsim_wh.db import connect  # noqa: E402
+from shopsim_wh.core.config import load_config  # noqa: E402
+from shopsim_wh.engines.db import connect  # noqa: E402
+from shopsim_wh.rollout import runner  # noqa: E402
 from shopsim_wh.sim.tasks import generate_tasks  # noqa: E402
 from shopsim_wh.testing import badinput  # noqa: E402
 from shopsim_wh.testing.faultproxy import (  # noqa: E402
@@ -155,7 +155,7 @@ def integrity(wh: Path, run_id: str, planned: set[str]) -> dict[str, int]:
 
 def durability_check(wh: Path, config: Path | None) -> dict | None:
     try:
-        from shopsim_wh.check import check
+        from shopsim_wh.ops.check import check
     except ImportError:
         return None
     r = check(wh, config)
@@ -287,7 +287,7 @@ def leg_durability(args, work: Path, out: dict) -> None:
     except ImportError:
         out["durability"] = None
         return
-    from shopsim_wh import crash
+    from shopsim_wh.core import crash
 
     cfg = dfaults.write_job(work / "dur.yaml", name="durability", episodes=2, concurrency=1)
     base = work / "dur-base"
@@ -327,7 +327,7 @@ def leg_inputs(args, work: Path, out: dict) -> None:
     out["inputs"] = {"records": dict(sorted(res.records.items())), "files": res.files, "problems": res.problems,
                      "seconds": round(time.perf_counter() - t0, 1)}
     try:
-        from shopsim_wh import sandbox
+        from shopsim_wh.engines import sandbox
     except ImportError:
         out["sql"] = None
         return

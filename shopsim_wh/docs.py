@@ -11,15 +11,15 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from .config import Config
-from .schema import PARTITION_KEY, SCHEMA_VERSION, TABLES
+from .core.config import Config
+from .core.schema import PARTITION_KEY, SCHEMA_VERSION, TABLES
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def schema_md() -> str:
     out = [f"# Warehouse schema (version {SCHEMA_VERSION})", "",
-           "Generated from `shopsim_wh/schema.py` by `python -m shopsim_wh.docs`; do not edit by hand.",
+           "Generated from `shopsim_wh/core/schema.py` by `python -m shopsim_wh.docs`; do not edit by hand.",
            f"Every table is Hive-partitioned by `{PARTITION_KEY}` (`<table>/{PARTITION_KEY}=<id>/part-*.parquet`), "
            "which readers get from the path. How episodes fill the tables: `conventions.md`.", ""]
     for t in TABLES.values():
@@ -44,7 +44,7 @@ def _model_rows(model: type[BaseModel], prefix: str) -> list[str]:
 
 
 def _resume(key: str) -> str:
-    from .runner import EXECUTION_FIELDS, SEMANTIC_FIELDS
+    from .rollout.runner import EXECUTION_FIELDS, SEMANTIC_FIELDS
 
     if key in SEMANTIC_FIELDS:
         return "semantic: " + ", ".join(f"`{k}`" for k in SEMANTIC_FIELDS[key])
@@ -53,8 +53,8 @@ def _resume(key: str) -> str:
 
 def config_md() -> str:
     return "\n".join(["# Config reference", "",
-                      "Generated from `shopsim_wh/config.py` by `python -m shopsim_wh.docs`. Unknown keys are errors.",
-                      "The *resume* column is the one classification of `shopsim_wh/runner.py`: a **semantic** key feeds the "
+                      "Generated from `shopsim_wh/core/config.py` by `python -m shopsim_wh.docs`. Unknown keys are errors.",
+                      "The *resume* column is the one classification of `shopsim_wh/rollout/runner.py`: a **semantic** key feeds the "
                       "fingerprint keys named (resuming an experiment with it changed is refused, with the diff; a file "
                       "counts by its content); an **execution** key may change between a run and its resume.", "",
                       "| key | default | resume | meaning |", "| --- | --- | --- | --- |", *_model_rows(Config, ""), ""])

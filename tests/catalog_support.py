@@ -19,7 +19,7 @@ def small_warehouse() -> Path:
     """4 shop runs of 120 episodes (60 tasks x 2 samples, the default bare / skill / placebo specs) + 2 coding
     sessions: enough pairs for the gate, small enough to build in about a second."""
     if "wh" not in _CACHE:
-        from shopsim_wh.analytics.synth import generate
+        from shopsim_wh.demo.shop import generate
 
         tmp = tempfile.mkdtemp(prefix="shopsim-catalog-")
         atexit.register(shutil.rmtree, tmp, ignore_errors=True)
@@ -44,8 +44,8 @@ def small_catalog() -> Path:
     process; read it only)."""
     if "catalog" not in _CACHE:
         from shopsim_wh.analytics import gate_log
-        from shopsim_wh.catalog import build_catalog
-        from shopsim_wh.db import connect
+        from shopsim_wh.engines.catalog import build_catalog
+        from shopsim_wh.engines.db import connect
 
         root = warehouse_copy(small_warehouse().parent / "bi-wh")
         con = connect(root)

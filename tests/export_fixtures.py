@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from shopsim_wh import runner
-from shopsim_wh.config import load_config
+from shopsim_wh.core.config import load_config
+from shopsim_wh.demo.shopsimrl_v4 import line, record
 from shopsim_wh.ingest import ingest
-from shopsim_wh.ingest.synth_v4 import line, record
+from shopsim_wh.rollout import runner
 from shopsim_wh.sim.server import create_app
 
 from .conftest import serve_asgi
@@ -54,7 +54,7 @@ def build(root: Path, tmp: Path) -> dict:
     ingest([FIX / "ingest" / "agent_multi_turn", FIX / "ingest" / "claude_code", REAL / "claude_code_session-share",
             REAL / "claude_code_cclogviewer", REAL / "atif_login-trace", v4], root, parallel=False)
     ingest([tau], root, format="openai-messages", parallel=False)
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines.db import connect
     from shopsim_wh.sim.tasks import generate_tasks
 
     con = connect(root)
@@ -109,7 +109,7 @@ def export_wh(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session", name="export_con")
 def export_con(export_wh):
-    from shopsim_wh.db import connect, install_exports
+    from shopsim_wh.engines.db import connect, install_exports
 
     if "con" not in _CACHE:
         _CACHE["con"] = connect(export_wh["root"])

@@ -13,9 +13,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from shopsim_wh.config import load_config
+from shopsim_wh.core.config import load_config
 from shopsim_wh.ingest import ingest
-from shopsim_wh.runner import run
+from shopsim_wh.rollout.runner import run
 
 from .helpers import write_config
 

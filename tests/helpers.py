@@ -92,7 +92,7 @@ class Tap:
 
 def one_episode_batch(run_id: str, i: int, n_steps: int = 3) -> list:
     """A commit's batches: one completed episode ``task-{i}`` with ``n_steps`` steps (readers check steps = 3 x eps)."""
-    from shopsim_wh.schema import to_arrow
+    from shopsim_wh.core.schema import to_arrow
 
     ep = f"task-{i:06d}__sample-000"
     return [
@@ -108,7 +108,7 @@ def read_during_commits(root, counts, min_reads: int, max_commits: int, compact_
     re-raising the first error a reader met."""
     import threading
 
-    from shopsim_wh.warehouse import Warehouse
+    from shopsim_wh.store.warehouse import Warehouse
 
     stop = threading.Event()
     seen: list[tuple[int, int]] = []

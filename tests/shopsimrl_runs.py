@@ -6,8 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from shopsim_wh.schema import to_arrow
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.core.schema import to_arrow
+from shopsim_wh.store.warehouse import Warehouse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "shopsimrl_artifacts"
 COMPONENTS = ("r_type", "r_att", "r_option", "r_price", "r_loose", "r_strict", "r_success")

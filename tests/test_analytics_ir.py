@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 
 from .test_analytics_support import synth_connection, synth_warehouse
 
@@ -207,8 +207,8 @@ def test_context_falls_back_to_the_ir_without_recorded_messages():
 def test_ir_render_reproduces_real_runner_messages(tmp_path):
     """On the runner's own episodes (embedded shop and scripted policy, protocol errors injected), the IR alone
     renders every turn exactly as recorded in `messages`, and the views hold their grain."""
-    from shopsim_wh import runner
-    from shopsim_wh.config import load_config
+    from shopsim_wh.core.config import load_config
+    from shopsim_wh.rollout import runner
 
     from .helpers import write_config
 

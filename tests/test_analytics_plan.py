@@ -16,7 +16,7 @@ import statistics
 
 import pytest
 
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 
 from .test_analytics_support import synth_connection, synth_warehouse
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from shopsim_wh.analytics.synth import TEACHER_RUN, RunSpec, default_runs, generate
-from shopsim_wh.db import connect
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.demo.shop import TEACHER_RUN, RunSpec, default_runs, generate
+from shopsim_wh.engines.db import connect
+from shopsim_wh.store.warehouse import Warehouse
 
 EXTRA_RUNS = [
     RunSpec("synth-ckpt-a-hot", checkpoint_id="ckpt-a", skill_bank="effective", temperature=1.0),

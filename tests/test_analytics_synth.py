@@ -8,9 +8,9 @@ from collections import Counter, defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from shopsim_wh.analytics.synth import RunSpec, generate
-from shopsim_wh.db import connect
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.demo.shop import RunSpec, generate
+from shopsim_wh.engines.db import connect
+from shopsim_wh.store.warehouse import Warehouse
 
 from .test_analytics_support import final_rows, read_table, synth_connection, synth_warehouse
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import pytest
 
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 
 from .test_analytics_support import final_rows, synth_connection, synth_warehouse
 

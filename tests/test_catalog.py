@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from shopsim_wh.catalog import build_catalog, catalog_snapshot
-from shopsim_wh.config import load_config
-from shopsim_wh.doctor import check_catalogs
-from shopsim_wh.maintenance import remove_run
-from shopsim_wh.schema import TABLES
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.core.config import load_config
+from shopsim_wh.core.schema import TABLES
+from shopsim_wh.engines.catalog import build_catalog, catalog_snapshot
+from shopsim_wh.ops.doctor import check_catalogs
+from shopsim_wh.store.maintenance import remove_run
+from shopsim_wh.store.warehouse import Warehouse
 
 from .catalog_support import PLACEBO, cli, cli_in_process, warehouse_copy
 
@@ -138,6 +138,6 @@ def test_run_refreshes_the_configured_catalog(tmp_path):
     con = duckdb.connect(str(out), read_only=True)
     assert con.execute("SELECT run_id, planned FROM run_metrics").fetchall() == [("t", 2)]
     assert catalog_snapshot(out) == Warehouse(tmp_path / "wh").snapshot().version
-    from shopsim_wh.doctor import doctor
+    from shopsim_wh.ops.doctor import doctor
 
     assert doctor(tmp_path / "wh", load_config(cfg)) == []  # a fresh runner warehouse is clean, catalog included

@@ -159,8 +159,8 @@ def test_usage_errors_exit_2(tmp_path, _cli):
 
 
 def test_locked_and_interrupted_codes(tmp_path):
-    from shopsim_wh.errors import WarehouseLockedError
-    from shopsim_wh.warehouse import Warehouse
+    from shopsim_wh.core.errors import WarehouseLockedError
+    from shopsim_wh.store.warehouse import Warehouse
 
     wh = Warehouse(tmp_path / "wh")
     with wh.writer():

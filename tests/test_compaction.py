@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 
-from shopsim_wh import compaction
-from shopsim_wh import warehouse as warehouse_module
-from shopsim_wh.db import connect
-from shopsim_wh.schema import DICTIONARY_COLUMNS, TABLES, to_arrow
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.core.schema import DICTIONARY_COLUMNS, TABLES, to_arrow
+from shopsim_wh.engines.db import connect
+from shopsim_wh.store import compaction
+from shopsim_wh.store import warehouse as warehouse_module
+from shopsim_wh.store.warehouse import Warehouse
 
 
 def _steps(run_id: str, i: int, n: int = 5):

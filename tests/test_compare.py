@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from shopsim_wh.analytics.compare import ComparisonError, bootstrap_means, compare, metric_seed, to_table
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 
 from .shopsimrl_runs import FIXTURES, write_run
 

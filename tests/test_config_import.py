@@ -18,10 +18,10 @@ import sys
 import pytest
 import yaml
 
-from shopsim_wh.config import Config, load_config
-from shopsim_wh.config_import import DIRECT, ORIGINAL_KEYS, SPECIAL, convert, import_file
-from shopsim_wh.errors import ConfigError
-from shopsim_wh.runner import config_json, plan
+from shopsim_wh.core.config import Config, load_config
+from shopsim_wh.core.config_import import DIRECT, ORIGINAL_KEYS, SPECIAL, convert, import_file
+from shopsim_wh.core.errors import ConfigError
+from shopsim_wh.rollout.runner import config_json, plan
 from shopsim_wh.sim.tasks import load_default_split_manifest
 
 from .conftest import REPO
@@ -341,7 +341,7 @@ def test_a_missing_split_file_is_named_as_the_original_spells_it(tmp_path):
 
 def test_run_accepts_an_original_yaml_and_lands_the_original_jobs(tmp_path):
     """`shopsim-wh run ORIGINAL.yaml` end to end, on the embedded servers (the original's keys point at them)."""
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines.db import connect
 
     raw = yaml.safe_load(original_yaml(tmp_path).read_text())
     raw["tasks"].update(sample_size=3, repeats=2)

@@ -7,12 +7,12 @@ import logging
 
 import pytest
 
-from shopsim_wh.config import load_config
-from shopsim_wh.errors import ConfigError
-from shopsim_wh.jobs import EpisodeJob, build_jobs, load_split_manifest
-from shopsim_wh.prompts import PromptBuilder
-from shopsim_wh.runner import plan
-from shopsim_wh.skills import SkillBank
+from shopsim_wh.core.config import load_config
+from shopsim_wh.core.errors import ConfigError
+from shopsim_wh.rollout.jobs import EpisodeJob, build_jobs, load_split_manifest
+from shopsim_wh.rollout.prompts import PromptBuilder
+from shopsim_wh.rollout.runner import plan
+from shopsim_wh.rollout.skills import SkillBank
 
 from .conftest import REPO
 from .helpers import write_config

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from shopsim_wh import runner
-from shopsim_wh.config import load_config
-from shopsim_wh.db import connect
+from shopsim_wh.core.config import load_config
+from shopsim_wh.engines.db import connect
+from shopsim_wh.rollout import runner
 from shopsim_wh.sim.server import create_app
 
 from .conftest import serve_asgi

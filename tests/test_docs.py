@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from shopsim_wh import docs
-from shopsim_wh.config import Config
-from shopsim_wh.schema import TABLES
+from shopsim_wh.core.config import Config
+from shopsim_wh.core.schema import TABLES
 
 
 @pytest.mark.parametrize("name", sorted(docs.GENERATED))
@@ -30,7 +30,7 @@ def test_every_column_and_config_key_is_documented():
 
 
 def test_every_sql_file_states_its_grain():
-    from shopsim_wh.db import sql_files
+    from shopsim_wh.engines.db import sql_files
 
     files = sql_files()
     assert len(files) > 20

@@ -18,9 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shopsim_wh.doctor import doctor, writer_pid
-from shopsim_wh.maintenance import compact, list_runs, remove_run, vacuum
-from shopsim_wh.warehouse import Snapshot, Warehouse, stage_parquet
+from shopsim_wh.ops.doctor import doctor, writer_pid
+from shopsim_wh.store.maintenance import compact, list_runs, remove_run, vacuum
+from shopsim_wh.store.warehouse import Snapshot, Warehouse, stage_parquet
 
 from .catalog_support import BARE, PLACEBO, PLACEBO_BARE, SKILL, cli, cli_in_process, warehouse_copy
 from .conftest import free_port
@@ -28,7 +28,7 @@ from .helpers import write_config
 
 HOLD_LOCK = textwrap.dedent("""
     import os, signal, sys, time
-    from shopsim_wh.warehouse import Warehouse
+    from shopsim_wh.store.warehouse import Warehouse
     with Warehouse(sys.argv[1]).writer():
         child = os.fork()
         if child == 0:  # a worker the writer started: it inherits the locked file (not the test's pipes)

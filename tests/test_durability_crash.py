@@ -9,9 +9,11 @@ import shutil
 
 import pytest
 
-from shopsim_wh import crash, storage
-from shopsim_wh.check import check
-from shopsim_wh.ingest import ingest, synth_v4
+from shopsim_wh.core import crash
+from shopsim_wh.demo import shopsimrl_v4 as synth_v4
+from shopsim_wh.ingest import ingest
+from shopsim_wh.ops.check import check
+from shopsim_wh.store import storage
 from shopsim_wh.testing import faults
 
 

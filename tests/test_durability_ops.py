@@ -14,14 +14,15 @@ import time
 
 import pytest
 
-from shopsim_wh import crash
-from shopsim_wh.check import check
-from shopsim_wh.db import connect
-from shopsim_wh.errors import WarehouseFullError
-from shopsim_wh.ingest import ingest, synth_v4
-from shopsim_wh.ledger import LEDGER_DIR
+from shopsim_wh.core import crash
+from shopsim_wh.core.errors import WarehouseFullError
+from shopsim_wh.demo import shopsimrl_v4 as synth_v4
+from shopsim_wh.engines.db import connect
+from shopsim_wh.ingest import ingest
+from shopsim_wh.ops.check import check
+from shopsim_wh.store.ledger import LEDGER_DIR
+from shopsim_wh.store.warehouse import Warehouse
 from shopsim_wh.testing import faults
-from shopsim_wh.warehouse import Warehouse
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shopsim_wh.db import connect
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.engines.db import connect
+from shopsim_wh.store.warehouse import Warehouse
 
 from .conftest import free_port
 from .helpers import write_config

@@ -17,10 +17,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from shopsim_wh.db import connect
+from shopsim_wh.analytics.summary import eval_summaries
+from shopsim_wh.demo.shopsimrl_v4 import episode_seed, line, manifest, provenance, record
+from shopsim_wh.engines.db import connect
 from shopsim_wh.ingest import ingest
-from shopsim_wh.ingest.synth_v4 import episode_seed, line, manifest, provenance, record
-from shopsim_wh.summary import eval_summaries
 
 FIXTURES = Path(__file__).parent / "fixtures" / "shopsimrl_artifacts"
 CONDITIONS = ("base_free", "base_s0", "iter80_free", "iter80_st")

@@ -29,10 +29,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from shopsim_wh.db import connect
+from shopsim_wh.analytics.summary import eval_summaries, format_summary, summarize
+from shopsim_wh.demo.shopsimrl_v4 import episode_seed, line, manifest, provenance, record
+from shopsim_wh.engines.db import connect
 from shopsim_wh.ingest import ingest
-from shopsim_wh.ingest.synth_v4 import episode_seed, line, manifest, provenance, record
-from shopsim_wh.summary import eval_summaries, format_summary, summarize
 
 V4 = "shopsimrl-episode-v4"
 
@@ -265,7 +265,7 @@ def test_a_second_run_directory_gets_its_own_row(tmp_path):
 def test_synth_run_dir_summary_json_is_reproduced(tmp_path):
     """synth_v4.run_dir writes its summary.json with the v4 writer's own summarize: ours, the reference above and
     that file agree (three implementations of the same rules)."""
-    from shopsim_wh.ingest.synth_v4 import run_dir
+    from shopsim_wh.demo.shopsimrl_v4 import run_dir
 
     d = run_dir(tmp_path / "runs", "val-synth", n_tasks=7, repeats=2, steps=5, obs_words=10, think_words=5)
     written = {k: v for k, v in json.loads((d / "summary.json").read_text()).items() if k != "created_at"}
@@ -286,7 +286,7 @@ def test_summarize_json_prints_the_summary_shape(parity):
 
 def test_completed_record_without_final_done_counts_as_failed(tmp_path):
     """The original store calls a record complete only when final.done is true (status alone is not enough)."""
-    from shopsim_wh.ingest.synth_v4 import line, record
+    from shopsim_wh.demo.shopsimrl_v4 import line, record
 
     run = tmp_path / "runs" / "done-flag"
     run.mkdir(parents=True)

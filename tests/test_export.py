@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from shopsim_wh.errors import QueryRefused, TestSplitGuard
+from shopsim_wh.core.errors import QueryRefused, TestSplitGuard
 from shopsim_wh.export import ExportError, export, list_kinds
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.store.warehouse import Warehouse
 
 from . import export_fixtures as fx
 from .export_fixtures import PERSONA_CANARY, REASONING_CANARY
@@ -144,7 +144,7 @@ def test_reexport_is_byte_identical_and_the_manifest_describes_it(export_wh, tmp
         assert [r["sample_id"] for r in rows] == sorted(r["sample_id"] for r in rows)
     # default selection: completed and successful only; fingerprints of the source runs recorded
     assert all(r["status"] == "completed" and r["success"] for rows in rows_by_shard for r in rows)
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines.db import connect
 
     con = connect(root)
     fps = dict(con.execute("SELECT run_id, fingerprint FROM runs WHERE run_id IN (SELECT unnest(?))", [runs]).fetchall())
@@ -210,13 +210,13 @@ def test_jsonl_lines_hold_objects(export_con, tmp_path):
 
 
 def test_test_split_is_refused_without_allow_test(tmp_path):
+    from shopsim_wh.demo.shopsimrl_v4 import line, record
     from shopsim_wh.ingest import ingest
-    from shopsim_wh.ingest.synth_v4 import line, record
 
     f = tmp_path / "test.jsonl"
     f.write_bytes(b"".join(line(record(3000 + i, steps=2, obs_words=10, think_words=4, split="test")) for i in range(2)))
     ingest([f], tmp_path / "wh", parallel=False)
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines.db import connect
 
     con = connect(tmp_path / "wh")
     with pytest.raises(TestSplitGuard, match="--allow-test"):
@@ -226,7 +226,7 @@ def test_test_split_is_refused_without_allow_test(tmp_path):
 
 
 def test_shopsimrl_v4_export_ingests_back(export_con, tmp_path):
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines.db import connect
     from shopsim_wh.ingest import ingest
 
     res = export("shopsimrl-v4", export_con, tmp_path / "v4", runs=["t"], format="jsonl", where="true")

@@ -143,7 +143,7 @@ def test_shadow_gives_each_batch_exactly_its_rows_and_types(open_files, export_w
     sees exactly the base rows of that batch's episodes, with the base views' column types, however the copy was
     cut (tiny bounds here: every Arrow batch flushed to files that are closed and reopened as new parts; with more
     batches than files open at once, copied to groups of batches first, then from each group to its batches)."""
-    from shopsim_wh.db import connect, ident
+    from shopsim_wh.engines.db import connect, ident
     from shopsim_wh.export import batches
     from shopsim_wh.export.registry import get_kind
 
@@ -272,7 +272,7 @@ def test_batches_copy_only_the_columns_a_kind_reads(export_con):
     """batches.shadow_columns: every SQL kind's batches copy a strict subset of the base columns (those its SQL
     names), which bind to the same columns and types (test_many_batches_give_the_bytes_of_one: the same bytes);
     record kinds copy everything (their fallback records are built in Python from the batch's views)."""
-    from shopsim_wh.db import ident
+    from shopsim_wh.engines.db import ident
     from shopsim_wh.export.core import blocks_of
     from shopsim_wh.export.registry import get_kind
 

@@ -16,7 +16,7 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 from shopsim_wh.export import export
 
 from .export_rl_support import RUNS, rl_warehouse
@@ -427,7 +427,7 @@ def test_a_decisions_subset_gives_the_full_views_rows(wh, window, max_tokens):
     the wanted decisions' calls and their agents' messages up to the last wanted turn: each row equals the full
     view's, contexts trimmed by --window / --max-tokens, answers and tool calls included. The wanted set mixes
     first, middle and last turns, main and sub-agents, recorded and rendered conversations."""
-    from shopsim_wh.db import install_exports
+    from shopsim_wh.engines.db import install_exports
     from shopsim_wh.export.scope import bind_params
 
     c = connect(wh)
@@ -459,7 +459,7 @@ def test_monte_carlo_values_do_not_depend_on_the_order_rows_are_summed(tmp_path)
     the rows in, and prm's shards changed from run to run (sha256). The sums are exact now: same bytes each run."""
     import hashlib
 
-    from shopsim_wh.analytics.synth import generate
+    from shopsim_wh.demo.shop import generate
 
     wh = tmp_path / "wh"
     generate(wh, 600, runs=1, repeats=3, coding_episodes=0)

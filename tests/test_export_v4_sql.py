@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shopsim_wh.demo import shopsimrl_v4 as synth_v4
 from shopsim_wh.export import export
 from shopsim_wh.export.records import RESPELL, scrub
-from shopsim_wh.ingest import ingest, synth_v4
+from shopsim_wh.ingest import ingest
 from shopsim_wh.ingest.dump import load_episodes, to_atif
 from shopsim_wh.ingest.dump_v4 import to_v4
 
@@ -53,7 +54,7 @@ def v4_wh(tmp_path_factory):
     slime = synth_v4.record(4300, steps=2, obs_words=6, think_words=4, kind="slime")
     (tmp / "more.jsonl").write_bytes(b"".join(synth_v4.line(r) for r in (_edge_record(), odd, slime)))
     ingest([tmp / "runs", tmp / "more.jsonl"], tmp / "wh", parallel=False)
-    from shopsim_wh.db import connect, install_exports
+    from shopsim_wh.engines.db import connect, install_exports
 
     con = connect(tmp / "wh")
     install_exports(con)

@@ -1,5 +1,5 @@
 """Every config field is semantic (a resume that changes it is refused, with the diff) or execution (a resume
-may change it), by the one classification in shopsim_wh.runner; a new field in neither set fails here."""
+may change it), by the one classification in shopsim_wh.rollout.runner; a new field in neither set fails here."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from shopsim_wh.config import Config, load_config
-from shopsim_wh.errors import FingerprintMismatch
-from shopsim_wh.runner import (
+from shopsim_wh.core.config import Config, load_config
+from shopsim_wh.core.errors import FingerprintMismatch
+from shopsim_wh.rollout.runner import (
     EXECUTION_FIELDS,
     IDENTITY_FIELDS,
     SEMANTIC_FIELDS,
@@ -22,7 +22,7 @@ from shopsim_wh.runner import (
     run,
 )
 from shopsim_wh.sim.tasks import default_split_manifest_path
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.store.warehouse import Warehouse
 
 from .helpers import _merge, write_config
 
@@ -32,7 +32,7 @@ CODE_KEYS = {"split_manifest_version", "prompt_version", "action_protocol"}  # f
 def _files(tmp: Path) -> dict[str, str]:
     """Files the file-valued fields point at (a changed content, so a changed identity)."""
     doc = json.loads(default_split_manifest_path().read_text())
-    from shopsim_wh.splits import parse_split_manifest
+    from shopsim_wh.core.splits import parse_split_manifest
 
     m = parse_split_manifest(doc, "embedded")
     flat = {"version": "moved", **{s: m.task_ids(s) for s in ("train", "val", "test")}}
@@ -102,7 +102,7 @@ def test_every_config_field_is_classified_once():
     leaves = _leaves(Config)
     classes = [set(SEMANTIC_FIELDS), set(EXECUTION_FIELDS), set(IDENTITY_FIELDS)]
     unclassified = leaves - set().union(*classes)
-    assert not unclassified, f"classify {sorted(unclassified)} in shopsim_wh/runner.py (SEMANTIC_FIELDS or EXECUTION_FIELDS)"
+    assert not unclassified, f"classify {sorted(unclassified)} in shopsim_wh/rollout/runner.py (SEMANTIC_FIELDS or EXECUTION_FIELDS)"
     assert not set().union(*classes) - leaves, "a classified field no longer exists"
     assert sum(len(c) for c in classes) == len(leaves), "a field is classified twice"
     # ... and every test below covers exactly the classified fields

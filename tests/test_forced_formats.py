@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from shopsim_wh.analytics.summary import summarize
 from shopsim_wh.cli.main import app
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 from shopsim_wh.ingest import ingest
-from shopsim_wh.summary import summarize
 
 from .conftest import REPO
 

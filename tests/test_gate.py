@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shopsim_wh.analytics.gate import GateDataError, GateError, GateRefused, gate
-from shopsim_wh.db import connect, sql_dir
+from shopsim_wh.engines.db import connect, sql_dir
 
 from .test_analytics_support import final_rows, read_table, synth_connection, synth_warehouse
 from .test_gate_stats import t_abs_below

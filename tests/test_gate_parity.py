@@ -15,10 +15,10 @@ import pytest
 from shopsim_wh.analytics.contributions import contributions, fit_paired_delta_ols
 from shopsim_wh.analytics.gate import GateDataError, GateRefused
 from shopsim_wh.analytics.stats import RankDeficient, solve_exact
-from shopsim_wh.config import Skills
-from shopsim_wh.db import connect
-from shopsim_wh.errors import ConfigError
-from shopsim_wh.skills import SkillBank, assign_mask, mask_bit, slot_choice
+from shopsim_wh.core.config import Skills
+from shopsim_wh.core.errors import ConfigError
+from shopsim_wh.engines.db import connect
+from shopsim_wh.rollout.skills import SkillBank, assign_mask, mask_bit, slot_choice
 
 from .shopsimrl_runs import FIXTURES, write_run
 

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from shopsim_wh.analytics import gate_log
-from shopsim_wh.db import connect
-from shopsim_wh.maintenance import remove_run
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.engines.db import connect
+from shopsim_wh.store.maintenance import remove_run
+from shopsim_wh.store.warehouse import Warehouse
 
 from .catalog_support import BARE, SKILL, cli, cli_in_process, warehouse_copy
 

@@ -1,5 +1,5 @@
 """Hostile arguments: path traversal, odd Unicode and SQL injection through every name and value users pass.
-Names follow the one rule of shopsim_wh.names (refused, never rewritten); values are bound, never spliced."""
+Names follow the one rule of shopsim_wh.core.names (refused, never rewritten); values are bound, never spliced."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shopsim_wh import sandbox
 from shopsim_wh.analytics.gate import GateError, gate
-from shopsim_wh.analytics.synth import default_runs, generate
-from shopsim_wh.config import load_config
-from shopsim_wh.db import connect
-from shopsim_wh.errors import ConfigError, NameRefused, WarehouseError
+from shopsim_wh.analytics.summary import run_query, summarize
+from shopsim_wh.core.config import load_config
+from shopsim_wh.core.errors import ConfigError, NameRefused, WarehouseError
+from shopsim_wh.core.names import check_name, is_name
+from shopsim_wh.demo.shop import default_runs, generate
+from shopsim_wh.engines import sandbox
+from shopsim_wh.engines.db import connect
 from shopsim_wh.ingest import ingest
-from shopsim_wh.names import check_name, is_name
-from shopsim_wh.runner import plan
-from shopsim_wh.summary import run_query, summarize
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.rollout.runner import plan
+from shopsim_wh.store.warehouse import Warehouse
 
 from .helpers import write_config
 

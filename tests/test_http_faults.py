@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from shopsim_wh import runner
-from shopsim_wh.config import load_config
-from shopsim_wh.db import connect
+from shopsim_wh.core.config import load_config
+from shopsim_wh.engines.db import connect
+from shopsim_wh.rollout import runner
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.testing.faultproxy import FaultProxy, Script
 from shopsim_wh.testing.scan import scan_paths, scan_text

@@ -1,6 +1,6 @@
-"""No import cycles in shopsim_wh (issue 29): the graph of every import statement of the package, read from the
-source (absolute and relative, at module level or inside a function, under TYPE_CHECKING too), has no strongly
-connected component of more than one module."""
+"""The package tree draws the architecture (issue 29): the graph of every import statement of the package, read
+from the source (absolute and relative, at module level or inside a function, under TYPE_CHECKING too), has no
+cycle, and each layer imports only from the layers below it."""
 
 from __future__ import annotations
 
@@ -115,16 +115,70 @@ def test_the_package_has_no_import_cycle():
 def test_the_check_finds_a_cycle_and_names_its_imports():
     """The same check on a small graph with a function-local import closing a loop (as db -> sandbox did)."""
     graph = import_graph()
-    assert "shopsim_wh.sandbox" in graph["shopsim_wh.analytics.gate"]  # a function-local import is an edge
-    graph["shopsim_wh.db"] = {**graph["shopsim_wh.db"], "shopsim_wh.sandbox": 999}
+    assert "shopsim_wh.engines.sandbox" in graph["shopsim_wh.analytics.gate"]  # a function-local import is an edge
+    graph["shopsim_wh.engines.db"] = {**graph["shopsim_wh.engines.db"], "shopsim_wh.engines.sandbox": 999}
     found = cycles(graph)
-    assert found == [["shopsim_wh.db", "shopsim_wh.sandbox"]]
-    assert "shopsim_wh.db (line 999) imports shopsim_wh.sandbox" in describe(graph, found[0])
+    assert found == [["shopsim_wh.engines.db", "shopsim_wh.engines.sandbox"]]
+    assert "shopsim_wh.engines.db (line 999) imports shopsim_wh.engines.sandbox" in describe(graph, found[0])
 
 
 def test_names_spelt_twice_to_avoid_a_cycle_agree():
     """config_import writes a converted config in Config's key order, spelt there because config imports it."""
-    from shopsim_wh.config import Config
-    from shopsim_wh.config_import import CONFIG_KEYS
+    from shopsim_wh.core.config import Config
+    from shopsim_wh.core.config_import import CONFIG_KEYS
 
     assert CONFIG_KEYS == tuple(Config.model_fields)
+
+
+# Bottom to top. A module may import its own layer and the layers before it; `shopsim_wh` (the version) is core.
+LAYERS = ("core", "store", "engines", "sim", "rollout", "ingest", "analytics", "export", "report", "ops",
+          "demo", "cli", "docs", "testing")
+DEMO_USERS = ("cli", "docs", "testing")  # the product never imports the demo and benchmark generators
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    return 0 if len(parts) == 1 else LAYERS.index(parts[1])
+
+
+def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    bad = []
+    for a, edges in sorted(graph.items()):
+        for b, line in sorted(edges.items()):
+            if layer(b) > layer(a) or (layer(b) == LAYERS.index("demo") and a.split(".")[1] not in DEMO_USERS + ("demo",)):
+                bad.append(f"{a} (line {line}) imports {b}")
+    return bad
+
+
+def test_every_module_is_in_a_layer_package():
+    mods = [m for m in import_graph() if m != PKG.name]
+    assert all(len(m.split(".")) > 1 and m.split(".")[1] in LAYERS for m in mods), \
+        [m for m in mods if m.split(".")[1] not in LAYERS]
+    top = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
+    assert top == ["docs.py"]  # everything else lives in a layer package
+
+
+def test_no_layer_imports_a_layer_above_it():
+    bad = upward_imports(import_graph())
+    assert not bad, "upward imports (move the shared piece down, or pass a callable):\n" + "\n".join(bad)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = import_graph()
+    graph["shopsim_wh.core.schema"] = {**graph["shopsim_wh.core.schema"], "shopsim_wh.store.warehouse": 7}
+    graph["shopsim_wh.export.core"] = {**graph["shopsim_wh.export.core"], "shopsim_wh.demo.shop": 9}
+    assert upward_imports(graph) == ["shopsim_wh.core.schema (line 7) imports shopsim_wh.store.warehouse",
+                                     "shopsim_wh.export.core (line 9) imports shopsim_wh.demo.shop"]
+
+
+def test_the_old_module_paths_still_import_the_same_modules():
+    import importlib
+    import warnings
+
+    from shopsim_wh.core.moved import MOVED
+
+    for old, new in sorted(MOVED.items()):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert importlib.import_module(old) is importlib.import_module(new)
+        assert any(new in str(w.message) for w in caught) or old in __import__("sys").modules

@@ -7,8 +7,9 @@ import json
 import orjson
 import pytest
 
-from shopsim_wh.db import connect
-from shopsim_wh.ingest import ingest, synth_v4
+from shopsim_wh.demo import shopsimrl_v4 as synth_v4
+from shopsim_wh.engines.db import connect
+from shopsim_wh.ingest import ingest
 
 
 def good(task_id: int) -> bytes:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 from shopsim_wh.ingest import detect, dump_episode, ingest
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "ingest"

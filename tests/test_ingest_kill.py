@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from shopsim_wh.db import connect
-from shopsim_wh.ingest import ingest, synth_v4
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.demo import shopsimrl_v4 as synth_v4
+from shopsim_wh.engines.db import connect
+from shopsim_wh.ingest import ingest
+from shopsim_wh.store.warehouse import Warehouse
 
 N_PER_FILE = 600
 CHILD = """

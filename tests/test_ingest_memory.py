@@ -12,10 +12,11 @@ from collections import Counter
 
 import pytest
 
-from shopsim_wh.db import connect
-from shopsim_wh.ingest import _episode_index, ingest, synth_v4
+from shopsim_wh.demo import shopsimrl_v4 as synth_v4
+from shopsim_wh.engines.db import connect
+from shopsim_wh.ingest import _episode_index, ingest
 from shopsim_wh.ingest._episode_index import EpisodeIndex
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.store.warehouse import Warehouse
 
 
 def rec(task_id, **kw):

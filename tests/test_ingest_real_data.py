@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 from shopsim_wh.ingest import ingest
 
 DATA = Path(__file__).resolve().parent / "fixtures" / "third_party"  # byte-exact copies; licences in SOURCES.md

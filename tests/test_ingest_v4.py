@@ -1,6 +1,6 @@
 """shopsimrl-episode-v4 in the real runtime's shape: run directories, attempts, privacy, columns, round trips.
 
-Fixtures come from our own writer (``shopsim_wh.ingest.synth_v4``), which writes records exactly as
+Fixtures come from our own writer (``shopsim_wh.demo.shopsimrl_v4``), which writes records exactly as
 ShopSimRL's ``runtime.py`` / ``store.py`` (and ``slime_runtime.py``) do; nothing of that repository is copied.
 """
 
@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shopsim_wh.db import connect
-from shopsim_wh.ingest import dump_episode, ingest, synth_v4
+from shopsim_wh.demo import shopsimrl_v4 as synth_v4
+from shopsim_wh.engines.db import connect
+from shopsim_wh.ingest import dump_episode, ingest
 from shopsim_wh.ingest.dump import dump_run
 from shopsim_wh.ingest.dump_v4 import is_complete, summarize
 
@@ -331,7 +332,7 @@ def test_round_trip_atif_same_steps(tmp_path):
 
 
 def test_dump_errors(tmp_path):
-    from shopsim_wh.errors import IngestError
+    from shopsim_wh.core.errors import IngestError
     f = write(tmp_path / "traces.jsonl", [rec(1)])
     ingest([f], tmp_path / "wh")
     with pytest.raises(IngestError, match="no episode"):
@@ -381,7 +382,7 @@ def test_parallel_workers_stage_parquet_and_leave_nothing_behind(tmp_path, monke
     """Workers encode the bulky tables into _staging/ themselves; a commit moves every file out, and a unit
     that turns out to be already ingested (its hash is known only after parsing began) drops what they staged."""
     from shopsim_wh.ingest import core, v4
-    from shopsim_wh.warehouse import Warehouse
+    from shopsim_wh.store.warehouse import Warehouse
     monkeypatch.setattr(v4, "PIPELINE_MIN_BYTES", 0)
     monkeypatch.setattr(core, "EARLY_HASH_BYTES", 0)
     records = [rec(i, steps=4) for i in range(1, 9)]
@@ -402,7 +403,7 @@ def test_parallel_workers_stage_parquet_and_leave_nothing_behind(tmp_path, monke
 
 
 def test_parallel_falls_back_to_serial_when_workers_fail(tmp_path, monkeypatch):
-    from shopsim_wh.errors import IngestError
+    from shopsim_wh.core.errors import IngestError
     from shopsim_wh.ingest import _v4_parallel, v4
     monkeypatch.setattr(v4, "PIPELINE_MIN_BYTES", 0)
 
@@ -419,7 +420,7 @@ def test_parallel_falls_back_to_serial_when_workers_fail(tmp_path, monkeypatch):
 
 
 def test_progress_and_format_names(tmp_path):
-    from shopsim_wh.errors import IngestError
+    from shopsim_wh.core.errors import IngestError
     from shopsim_wh.ingest import formats
     f = write(tmp_path / "traces.jsonl", [rec(1), rec(2)])
     seen = []

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shopsim_wh.db import connect
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.engines.db import connect
+from shopsim_wh.store.warehouse import Warehouse
 
 from .conftest import free_port
 from .helpers import write_config
@@ -139,7 +139,7 @@ def test_tour_dump_carries_the_real_base_urls_without_credentials(tour):
 
 
 def test_public_url_strips_credentials():
-    from shopsim_wh.config import public_url
+    from shopsim_wh.core.config import public_url
 
     assert public_url("https://u:p@api.example.com/v1/?api-version=2&api_key=k&sig=s") == \
         "https://api.example.com/v1?api-version=2"

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from shopsim_wh.skills import assign_mask
+from shopsim_wh.rollout.skills import assign_mask
 
 from . import shopsimrl_raw as raw
 from .journeys import ok, shopsim

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shopsim_wh.protocol_codes import LABELS
+from shopsim_wh.core.protocol_codes import LABELS
 
 from . import shopsimrl_raw as raw
 from .helpers import write_config

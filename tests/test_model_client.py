@@ -8,8 +8,8 @@ import json
 import httpx
 import pytest
 
-from shopsim_wh.errors import ModelHTTPError, ModelUnavailable
-from shopsim_wh.model import ChatModel
+from shopsim_wh.core.errors import ModelHTTPError, ModelUnavailable
+from shopsim_wh.rollout.model import ChatModel
 
 from .conftest import read_body, serve_asgi
 

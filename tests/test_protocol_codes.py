@@ -8,10 +8,11 @@ import inspect
 
 import pytest
 
-from shopsim_wh import model, protocol_codes, runtime
-from shopsim_wh.db import connect
-from shopsim_wh.model import parse_response
-from shopsim_wh.protocol_codes import ALL, CODES, POLICY, PROTOCOL, SQL_FILE, protocol_codes_sql
+from shopsim_wh.core import protocol_codes
+from shopsim_wh.core.protocol_codes import ALL, CODES, POLICY, PROTOCOL, SQL_FILE, protocol_codes_sql
+from shopsim_wh.engines.db import connect
+from shopsim_wh.rollout import model, runtime
+from shopsim_wh.rollout.model import parse_response
 
 PASSED_ON = (ast.Name, ast.Subscript)
 
@@ -52,7 +53,7 @@ def con(tmp_path_factory):
 
 
 def test_the_generated_view_is_current():
-    assert SQL_FILE.read_text() == protocol_codes_sql(), "run: python -m shopsim_wh.protocol_codes"
+    assert SQL_FILE.read_text() == protocol_codes_sql(), "run: python -m shopsim_wh.core.protocol_codes"
 
 
 def test_every_code_the_runtime_and_the_model_client_emit_has_a_specific_label(con):

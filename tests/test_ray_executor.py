@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shopsim_wh.check import canonical_rows, check
-from shopsim_wh.config import load_config
-from shopsim_wh.runner import run
+from shopsim_wh.core.config import load_config
+from shopsim_wh.ops.check import canonical_rows, check
+from shopsim_wh.rollout.runner import run
+from shopsim_wh.store.warehouse import Warehouse
 from shopsim_wh.testing import faults
-from shopsim_wh.warehouse import Warehouse
 
 RUN = "rayrun"
 EPISODES = 8
@@ -45,7 +45,7 @@ def _fingerprint(root: Path) -> str:
 
 @pytest.fixture(scope="module")
 def cluster():
-    from shopsim_wh.ray_executor import LOOPBACK_ENV
+    from shopsim_wh.rollout.ray_executor import LOOPBACK_ENV
 
     for key, value in LOOPBACK_ENV.items():  # before Ray is imported: every socket of the cluster on 127.0.0.1
         os.environ.setdefault(key, value)
@@ -112,9 +112,9 @@ def test_a_killed_worker_loses_nothing_and_the_resume_completes_the_run(cluster,
 def test_a_worker_waits_for_the_lock_past_the_lock_timeout(tmp_path, monkeypatch):
     """A worker commits through LockPerCommit: it waits as long as another writer holds the lock (here 1.5 s with
     SHOPSIM_WH_LOCK_TIMEOUT_S=0.2, which fails an ordinary second writer)."""
-    from shopsim_wh.errors import WarehouseLockedError
-    from shopsim_wh.ray_executor import LockPerCommit
-    from shopsim_wh.schema import to_arrow
+    from shopsim_wh.core.errors import WarehouseLockedError
+    from shopsim_wh.core.schema import to_arrow
+    from shopsim_wh.rollout.ray_executor import LockPerCommit
 
     monkeypatch.setenv("SHOPSIM_WH_LOCK_TIMEOUT_S", "0.2")
     wh = Warehouse(tmp_path / "wh")
@@ -142,8 +142,8 @@ def test_a_worker_waits_for_the_lock_past_the_lock_timeout(tmp_path, monkeypatch
 def test_a_second_invocation_of_a_running_experiment_is_refused(tmp_path, monkeypatch):
     """A Ray driver holds no warehouse lock while its workers run: the experiment lock keeps a second driver
     (local or Ray) of the same experiment from running the same episodes at the same time."""
-    from shopsim_wh.errors import WarehouseLockedError
-    from shopsim_wh.runlock import experiment_lock
+    from shopsim_wh.core.errors import WarehouseLockedError
+    from shopsim_wh.store.runlock import experiment_lock
 
     monkeypatch.setenv("SHOPSIM_WH_LOCK_TIMEOUT_S", "0.2")
     cfg = load_config(_config(tmp_path / "local.yaml"))

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shopsim_wh import db
-from shopsim_wh.config import load_config
-from shopsim_wh.db import connect
+from shopsim_wh.core.config import load_config
+from shopsim_wh.engines import db
+from shopsim_wh.engines.db import connect
 from shopsim_wh.ingest import ingest
 from shopsim_wh.report import ReportError, build, write_report
-from shopsim_wh.runner import run
+from shopsim_wh.rollout.runner import run
 
 from .browser import Browser, chromium_binary
 from .conftest import REPO
@@ -349,7 +349,7 @@ def test_every_report_query_states_its_grain():
 
 def test_exports_section_lists_the_manifests_of_these_runs(wh, con, tmp_path):
     """--exports: an export of these runs appears with its manifest's figures; one of other runs does not."""
-    from shopsim_wh.errors import ShopsimError
+    from shopsim_wh.core.errors import ShopsimError
     from shopsim_wh.export import export
 
     mine = export("sft-trajectory", con, tmp_path / "exports" / "demo", runs=["demo"])

@@ -23,7 +23,7 @@ import time
 import httpx
 import pytest
 
-from shopsim_wh.db import connect
+from shopsim_wh.engines.db import connect
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.testing.faultproxy import (
     FAULTS,

@@ -7,10 +7,10 @@ import json
 import httpx
 import pytest
 
-from shopsim_wh import runner
-from shopsim_wh.config import load_config
-from shopsim_wh.db import connect
-from shopsim_wh.errors import FingerprintMismatch, TestSplitGuard
+from shopsim_wh.core.config import load_config
+from shopsim_wh.core.errors import FingerprintMismatch, TestSplitGuard
+from shopsim_wh.engines.db import connect
+from shopsim_wh.rollout import runner
 from shopsim_wh.sim.policy import FAILURE_KINDS
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.sim.tasks import generate_tasks
@@ -52,7 +52,7 @@ def test_demo_run_lands_every_table_consistently(tmp_path, warehouse):
     assert run[0] == "t" and run[1] == 6 and len(run[2]) == 32 and run[3] is False
     assert con.execute("select status, episodes_written from loads").fetchone() == ("complete", 6)
     # compaction left one file per table for the finished run
-    snap_files = [len(v) for v in __import__("shopsim_wh.warehouse", fromlist=["Warehouse"]).Warehouse(warehouse).snapshot().tables.values() if v]
+    snap_files = [len(v) for v in __import__("shopsim_wh.store.warehouse", fromlist=["Warehouse"]).Warehouse(warehouse).snapshot().tables.values() if v]
     assert max(snap_files) == 1
 
 
@@ -168,7 +168,7 @@ def test_failures_are_recorded_leases_released_and_resume_retries_them(tmp_path,
         assert stats["active_leases"] == 0 and stats["releases"] == stats["resets"] == 3
         con = connect(warehouse)
         assert con.execute("select status, reward, error_stage from episodes").fetchall() == [("failed", None, "model")] * 3
-        from shopsim_wh.summary import format_summary, summarize
+        from shopsim_wh.analytics.summary import format_summary, summarize
 
         text = format_summary(summarize(con, "t"))
         assert "completed 0, failed 3" in text and "failures: model:ModelUnavailable=3" in text

@@ -8,14 +8,14 @@ import json
 import httpx
 import pytest
 
-from shopsim_wh import runner
-from shopsim_wh.config import load_config
-from shopsim_wh.environment import EnvServerError, ShopEnvAdapter
-from shopsim_wh.errors import ObservationVersionError
-from shopsim_wh.jobs import EpisodeJob
-from shopsim_wh.model import ChatModel
-from shopsim_wh.prompts import PromptBuilder
-from shopsim_wh.runtime import AgentRuntime
+from shopsim_wh.core.config import load_config
+from shopsim_wh.core.errors import ObservationVersionError
+from shopsim_wh.rollout import runner
+from shopsim_wh.rollout.environment import EnvServerError, ShopEnvAdapter
+from shopsim_wh.rollout.jobs import EpisodeJob
+from shopsim_wh.rollout.model import ChatModel
+from shopsim_wh.rollout.prompts import PromptBuilder
+from shopsim_wh.rollout.runtime import AgentRuntime
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.sim.tasks import default_task_ids
 
@@ -31,7 +31,7 @@ class Recorder(Tap):
 
 
 def _runtime(env_client, model_client, slow_ms: int = 0, max_steps: int = 30) -> AgentRuntime:
-    from shopsim_wh.skills import NoSkills
+    from shopsim_wh.rollout.skills import NoSkills
 
     extra = {"scripted_policy": {"latency_ms": slow_ms}} if slow_ms else {}
     return AgentRuntime(ChatModel(model_client, "scripted-strong", extra_body=extra), ShopEnvAdapter(env_client),
@@ -124,7 +124,7 @@ def test_a_server_speaking_another_observation_version_is_refused_before_any_epi
 
 
 def test_healthz_is_recorded_on_the_run(tmp_path, warehouse):
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines.db import connect
 
     with serve_asgi(create_app(seed=0)) as url:
         health = httpx.get(url + "/healthz").json()
@@ -179,7 +179,7 @@ def test_max_steps_counts_model_turns_and_ends_with_action_limit():
 
 
 def test_reward_facts_are_the_servers_and_derived_only_when_it_gave_none():
-    from shopsim_wh.runtime import reward_facts
+    from shopsim_wh.rollout.runtime import reward_facts
 
     given = {"r_type": 1.0, "r_att": 0.5, "r_option": 1.0, "r_price": 1.0, "r_loose": 0.8, "r_strict": 0.5, "r_success": 0}
     assert reward_facts(given, 0.5, "r_strict") == (0.8, 0.5, 0.0, False)

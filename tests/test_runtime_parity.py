@@ -14,15 +14,15 @@ import json
 
 import httpx
 
-from shopsim_wh.environment import ShopEnvAdapter
-from shopsim_wh.jobs import EpisodeJob
-from shopsim_wh.model import ChatModel
-from shopsim_wh.prompts import DEFAULT_SYSTEM, SKILLS_NOTE, PromptBuilder
-from shopsim_wh.runtime import FEEDBACK_INSTRUCTION, AgentRuntime
+from shopsim_wh.rollout.environment import ShopEnvAdapter
+from shopsim_wh.rollout.jobs import EpisodeJob
+from shopsim_wh.rollout.model import ChatModel
+from shopsim_wh.rollout.prompts import DEFAULT_SYSTEM, SKILLS_NOTE, PromptBuilder
+from shopsim_wh.rollout.runtime import FEEDBACK_INSTRUCTION, AgentRuntime
+from shopsim_wh.rollout.skills import NoSkills, SkillBank
 from shopsim_wh.sim.policy import FAILURE_KINDS
 from shopsim_wh.sim.server import create_app
 from shopsim_wh.sim.tasks import default_task_ids
-from shopsim_wh.skills import NoSkills, SkillBank
 
 from .conftest import read_body
 from .helpers import Tap
@@ -75,7 +75,7 @@ def _answer(content=None, calls=(), finish="tool_calls", reasoning=None, rid="r"
             "choices": [{"index": 0, "finish_reason": finish, "message": msg}]}
 
 
-# ---- the documented rules, written out independently of shopsim_wh.runtime / shopsim_wh.prompts ------------------
+# ---- the documented rules, written out independently of shopsim_wh.rollout.runtime / shopsim_wh.rollout.prompts ------------------
 def rule_tools(state: dict) -> list[dict]:
     tools = []
     if state.get("search_available") is True:

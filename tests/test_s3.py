@@ -13,12 +13,12 @@ import uuid
 import pyarrow.parquet as pq
 import pytest
 
-from shopsim_wh import runner
-from shopsim_wh.check import compare_canonical
-from shopsim_wh.config import load_config
-from shopsim_wh.errors import QueryRefused
-from shopsim_wh.schema import TABLES
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.core.config import load_config
+from shopsim_wh.core.errors import QueryRefused
+from shopsim_wh.core.schema import TABLES
+from shopsim_wh.ops.check import compare_canonical
+from shopsim_wh.rollout import runner
+from shopsim_wh.store.warehouse import Warehouse
 
 from .helpers import one_episode_batch, read_during_commits, write_config
 
@@ -74,20 +74,20 @@ def test_demo_run_into_s3_reads_back_equal_to_local(demo_pair):
     # nothing was written outside the prefix, the snapshot is the catalog, the ledger acknowledged every episode
     keys = _objects(url, "_catalog")
     assert any(k.endswith("CURRENT") for k in keys) and any("snapshot-" in k for k in keys)
-    from shopsim_wh.ledger import read_ledger
+    from shopsim_wh.store.ledger import read_ledger
 
     entries, torn = read_ledger(url)
     acked = {e[0] for x in entries if x["writer"] == "run" for e in x["episodes"]}
     assert torn == 0 and len(acked) == remote.completed
-    from shopsim_wh.check import check
+    from shopsim_wh.ops.check import check
 
     report = check(url)
     assert report.ok and not report.stray and not report.lost, report
 
 
 def test_readers_on_s3_read_the_snapshot_and_the_sandbox_stays_inside(demo_pair):
-    from shopsim_wh import sandbox
-    from shopsim_wh.db import connect
+    from shopsim_wh.engines import sandbox
+    from shopsim_wh.engines.db import connect
 
     cfg, local, url, *_ = demo_pair
     con_l, con_r = connect(local), connect(url)
@@ -104,7 +104,7 @@ def test_readers_on_s3_read_the_snapshot_and_the_sandbox_stays_inside(demo_pair)
 
 
 def test_export_catalog_and_cli_read_an_s3_warehouse(demo_pair, tmp_path):
-    from shopsim_wh.catalog import build_catalog
+    from shopsim_wh.engines.catalog import build_catalog
 
     cfg, local, url, *_ = demo_pair
     env = {**os.environ}
@@ -169,8 +169,8 @@ def test_two_concurrent_writers_both_commit_without_losing_a_snapshot(s3):
 
 _KILLED = """
 import sys
-from shopsim_wh.schema import to_arrow
-from shopsim_wh.warehouse import Warehouse
+from shopsim_wh.core.schema import to_arrow
+from shopsim_wh.store.warehouse import Warehouse
 with Warehouse(sys.argv[1]).writer() as w:
     w.commit([("episodes", "killed", to_arrow("episodes", [{"episode_id": "e", "attempt": 1, "status": "completed"}]))])
 """
@@ -188,7 +188,7 @@ def test_writer_killed_between_upload_and_commit_leaves_nothing_visible(s3):
     assert snap.version == 1 and snap.run_ids() == {"kept"}
     orphans = _objects(url, "episodes/run_id=killed")
     assert len(orphans) == 1, "the killed writer had uploaded its file"
-    from shopsim_wh.check import stray_files
+    from shopsim_wh.ops.check import stray_files
 
     assert stray_files(wh, snap) == orphans
     assert Warehouse(url).read("episodes", ["episode_id"]).column("run_id").to_pylist() == ["kept"]
@@ -196,7 +196,7 @@ def test_writer_killed_between_upload_and_commit_leaves_nothing_visible(s3):
     with wh.writer(grace_s=3600) as w:
         w.commit(one_episode_batch("next", 0))
     assert _objects(url, "episodes/run_id=killed") == orphans
-    from shopsim_wh.maintenance import vacuum
+    from shopsim_wh.store.maintenance import vacuum
 
     res = vacuum(url, grace_s=0)
     assert res["removed_files"] >= 1 and _objects(url, "episodes/run_id=killed") == []
@@ -206,7 +206,7 @@ def test_writer_killed_between_upload_and_commit_leaves_nothing_visible(s3):
 def test_readers_during_commits_and_compaction_see_whole_snapshots(s3):
     import duckdb
 
-    from shopsim_wh.db import staging_sql
+    from shopsim_wh.engines.db import staging_sql
 
     url = _url()
 
@@ -226,7 +226,7 @@ def test_readers_during_commits_and_compaction_see_whole_snapshots(s3):
 
 
 def test_compaction_on_s3_merges_sorted_files_in_the_declared_schema(s3):
-    from shopsim_wh.maintenance import compact, vacuum
+    from shopsim_wh.store.maintenance import compact, vacuum
 
     url = _url()
     with Warehouse(url).writer() as w:
@@ -245,7 +245,8 @@ def test_compaction_on_s3_merges_sorted_files_in_the_declared_schema(s3):
 
 
 def test_ingest_into_s3_lands_like_local_and_skips_what_is_there(s3, tmp_path):
-    from shopsim_wh.ingest import ingest, synth_v4
+    from shopsim_wh.demo import shopsimrl_v4 as synth_v4
+    from shopsim_wh.ingest import ingest
 
     src = synth_v4.run_dir(tmp_path / "src", n_tasks=4, steps=3)
     url = _url()
@@ -261,7 +262,7 @@ def test_ingest_into_s3_lands_like_local_and_skips_what_is_there(s3, tmp_path):
 
 
 def test_a_compaction_that_loses_the_race_to_a_removal_swaps_nothing(s3):
-    from shopsim_wh.warehouse import CommitConflict
+    from shopsim_wh.store.warehouse import CommitConflict
 
     url = _url()
     with Warehouse(url).writer(grace_s=60) as w:

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shopsim_wh import sandbox
 from shopsim_wh.analytics.gate import gate
-from shopsim_wh.analytics.synth import default_runs, generate
-from shopsim_wh.db import view_names
-from shopsim_wh.errors import QueryRefused
-from shopsim_wh.summary import QueryResult, render
+from shopsim_wh.analytics.summary import QueryResult, render
+from shopsim_wh.core.errors import QueryRefused
+from shopsim_wh.demo.shop import default_runs, generate
+from shopsim_wh.engines import sandbox
+from shopsim_wh.engines.db import view_names
 from shopsim_wh.testing import hostile_sql
 
 CLI = [sys.executable, "-m", "shopsim_wh.cli.main"]

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+from shopsim_wh.core.splits import dump_persona_splits
 from shopsim_wh.sim import text
 from shopsim_wh.sim.catalog import generate_catalog, make_price
 from shopsim_wh.sim.tasks import (
@@ -20,7 +21,6 @@ from shopsim_wh.sim.tasks import (
     load_default_split_manifest,
     task_groups,
 )
-from shopsim_wh.splits import dump_persona_splits
 
 
 def test_catalog_shape_and_fields():

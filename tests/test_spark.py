@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from shopsim_wh.db import LAYERS, sql_dir
+from shopsim_wh.engines.db import LAYERS, sql_dir
 
 from . import export_fixtures
 from .spark_support import canonical_rows, diff
@@ -48,7 +48,7 @@ def cache_dir(tmp_path_factory):
     """The translation cache of this session (a cold one: the translation is timed as CI pays it)."""
     import os
 
-    from shopsim_wh import spark
+    from shopsim_wh.engines import spark
 
     path = tmp_path_factory.mktemp("spark_cache")
     old = os.environ.get("SHOPSIM_WH_CACHE_DIR")
@@ -63,7 +63,7 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def spark_wh(tmp_path_factory, cache_dir) -> Path:
-    from shopsim_wh.analytics.synth import demo_runs, generate
+    from shopsim_wh.demo.shop import demo_runs, generate
 
     tmp = tmp_path_factory.mktemp("spark_wh")
     root = tmp / "wh"
@@ -77,7 +77,8 @@ def record_wh(spark_wh, tmp_path_factory) -> Path:
     """The warehouse above plus ShopSimRL v4 records the record kinds' SQL leaves to the dump writer (an unknown
     top-level key; the slime variant: ``record_fallback`` residual) and one with values DuckDB spells otherwise
     than orjson (a copy: the view tests keep their warehouse)."""
-    from shopsim_wh.ingest import ingest, synth_v4
+    from shopsim_wh.demo import shopsimrl_v4 as synth_v4
+    from shopsim_wh.ingest import ingest
 
     from .test_export_v4_sql import _edge_record
 
@@ -94,7 +95,7 @@ def record_wh(spark_wh, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def spark():
-    from shopsim_wh.spark import session
+    from shopsim_wh.engines.spark import session
 
     s = session("shopsim-wh-tests", small_data=True)
     yield s
@@ -105,7 +106,7 @@ def spark():
 def registered(spark, spark_wh):
     """Every view, each materialized in dependency order: a view runs on Spark over its dependencies' Spark rows
     (each compared with DuckDB's below), and no plan is the whole stack re-analysed."""
-    from shopsim_wh.spark import register
+    from shopsim_wh.engines.spark import register
 
     return register(spark, spark_wh, materialize=True)
 
@@ -113,7 +114,7 @@ def registered(spark, spark_wh):
 def _fresh(spark):
     """A session of the same Spark context with its own temporary views (an export or a CLI query replaces views
     of the shared session's materialized ones otherwise)."""
-    from shopsim_wh.spark import SMALL_DATA
+    from shopsim_wh.engines.spark import SMALL_DATA
 
     s = spark.newSession()
     for key, value in SMALL_DATA.items():
@@ -123,7 +124,7 @@ def _fresh(spark):
 
 @pytest.fixture(scope="session")
 def duck(spark_wh):
-    from shopsim_wh.db import connect, install_exports
+    from shopsim_wh.engines.db import connect, install_exports
 
     con = connect(spark_wh)
     install_exports(con)
@@ -131,7 +132,7 @@ def duck(spark_wh):
 
 
 def test_every_shipped_view_is_created_or_listed_unsupported(registered):
-    from shopsim_wh.spark import UNSUPPORTED
+    from shopsim_wh.engines.spark import UNSUPPORTED
 
     assert len(VIEWS) > 50
     assert set(registered.views) | set(registered.skipped) == set(VIEWS)
@@ -144,7 +145,7 @@ def test_view_equals_duckdb(view, registered, spark, duck):
     if view in _unsupported():
         assert view in registered.skipped  # listed, with its reason, in docs/scale.md (asserted exactly below)
         return
-    from shopsim_wh.spark import NOT_EQUAL
+    from shopsim_wh.engines.spark import NOT_EQUAL
 
     assert view not in registered.skipped, f"{view} is not created on Spark: {registered.skipped.get(view)}"
     rel = duck.sql(f"SELECT * FROM {view}")
@@ -164,7 +165,7 @@ def test_view_equals_duckdb(view, registered, spark, duck):
 
 
 def _unsupported() -> dict:
-    from shopsim_wh.spark import UNSUPPORTED
+    from shopsim_wh.engines.spark import UNSUPPORTED
 
     return UNSUPPORTED
 
@@ -181,7 +182,7 @@ def _may_be_empty() -> set:
     "SELECT * FROM run_pass_at_k(2)",
 ])
 def test_table_macros_inline_in_user_queries(call, registered, spark, duck):
-    from shopsim_wh.spark import translator
+    from shopsim_wh.engines.spark import translator
 
     rel = duck.sql(call)
     d = canonical_rows(rel.fetchall())
@@ -194,7 +195,7 @@ def test_table_macros_inline_in_user_queries(call, registered, spark, duck):
 def test_ir_context_macros_inline(macro, last, registered, spark, duck):
     """The IR context table macros nest other table macros whose CTEs share names (turns, final): inlined with
     their CTEs renamed."""
-    from shopsim_wh.spark import translator
+    from shopsim_wh.engines.spark import translator
 
     run, ep, agent, step = duck.execute("SELECT run_id, episode_id, agent_id, step_idx FROM steps WHERE step_idx >= 3 "
                                         "ORDER BY run_id, episode_id LIMIT 1").fetchall()[0]
@@ -221,7 +222,7 @@ def _shards(out: Path) -> tuple[dict, list]:
 @pytest.mark.parametrize("kind,fmt", [("sft-action", "jsonl"), ("preference", "parquet")])
 def test_export_on_spark_writes_the_same_shards(kind, fmt, spark, spark_wh, registered, tmp_path):
     from shopsim_wh.export import export
-    from shopsim_wh.spark_export import export_spark
+    from shopsim_wh.export.spark import export_spark
 
     ours = export(kind, spark_wh, tmp_path / "duck", format=fmt, shard_rows=200)
     theirs = export_spark(kind, spark_wh, tmp_path / "spark", spark=_fresh(spark), format=fmt, shard_rows=200)
@@ -248,8 +249,8 @@ def test_record_kind_on_spark_writes_byte_identical_shards(kind, fmt, flags, spa
     (built by the dump writer, reading with DuckDB) included, counted in the manifest and the CLI's summary."""
     from typer.testing import CliRunner
 
-    from shopsim_wh import spark as spark_module
     from shopsim_wh.cli.main import app
+    from shopsim_wh.engines import spark as spark_module
 
     monkeypatch.setattr(spark_module, "session", lambda *a, **k: _fresh(spark))
     for engine in ("duckdb", "spark"):
@@ -293,7 +294,7 @@ def test_spark_views_ddl_reads_the_snapshot_files(spark, spark_wh, duck):
 
 def test_translation_is_cached(registered, cache_dir):
     """The translation (a pure function of sql/, the translator and sqlglot) is read back from its cache file."""
-    from shopsim_wh import spark
+    from shopsim_wh.engines import spark
 
     files = list(cache_dir.glob("spark-views-*.json"))
     assert len(files) == 1
@@ -311,7 +312,7 @@ def test_translation_is_cached(registered, cache_dir):
 
 
 def test_only_the_views_a_query_reads_are_registered(spark, spark_wh):
-    from shopsim_wh.spark import needed, register
+    from shopsim_wh.engines.spark import needed, register
 
     want = needed("SELECT * FROM run_metrics")
     assert {"run_metrics", "episodes"} <= want and not any(v.startswith("export_") for v in want)
@@ -336,8 +337,8 @@ def test_sql_engine_spark_cli(spark, spark_wh, duck):
 
 
 def test_docs_list_exactly_the_unsupported_views():
-    from shopsim_wh.spark import NOT_EQUAL, UNSUPPORTED
-    from shopsim_wh.spark_export import UNSUPPORTED_KINDS
+    from shopsim_wh.engines.spark import NOT_EQUAL, UNSUPPORTED
+    from shopsim_wh.export.spark import UNSUPPORTED_KINDS
 
     text = (REPO / "docs" / "scale.md").read_text()
     section = text.split("## Views on Spark", 1)[1].split("\n## ", 1)[0]
@@ -352,10 +353,10 @@ def test_hostile_sql_never_runs_on_spark(spark, spark_wh, tmp_path, monkeypatch)
     the environment or files through Spark; a Spark SQL error and a runaway query end as the CLI's own errors."""
     from typer.testing import CliRunner
 
-    from shopsim_wh import spark_guard
     from shopsim_wh.cli.main import app
-    from shopsim_wh.errors import QueryFailed, QueryLimitExceeded, QueryRefused
-    from shopsim_wh.spark_export import export_spark
+    from shopsim_wh.core.errors import QueryFailed, QueryLimitExceeded, QueryRefused
+    from shopsim_wh.engines import spark_guard
+    from shopsim_wh.export.spark import export_spark
 
     monkeypatch.setenv("SHOPSIM_CANARY", "canary-in-the-environment")
     for q in ("select reflect('java.lang.System', 'getenv', 'SHOPSIM_CANARY') as v",

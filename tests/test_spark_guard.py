@@ -1,4 +1,4 @@
-"""The sandbox's Spark half (shopsim_wh/spark_guard.py): every hostile query class is refused on the Spark path
+"""The sandbox's Spark half (shopsim_wh/engines/spark_guard.py): every hostile query class is refused on the Spark path
 before Spark sees it. Runs without a JVM; tests/test_spark.py sends the worst of them through a real session."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from shopsim_wh import spark_guard
-from shopsim_wh.errors import QueryRefused
-from shopsim_wh.sandbox import check_query
+from shopsim_wh.core.errors import QueryRefused
+from shopsim_wh.engines import spark_guard
+from shopsim_wh.engines.sandbox import check_query
 from shopsim_wh.testing import hostile_sql
 
 VIEWS = ("episodes", "runs", "steps", "run_metrics")
@@ -18,7 +18,7 @@ VIEWS = ("episodes", "runs", "steps", "run_metrics")
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    from shopsim_wh.analytics.synth import default_runs, generate
+    from shopsim_wh.demo.shop import default_runs, generate
 
     path = tmp_path_factory.mktemp("guard") / "wh"
     generate(path, 40, runs=default_runs(2), seed=5, repeats=1, coding_episodes=0)
@@ -51,7 +51,7 @@ def test_duckdb_dialect_attacks_never_reach_spark(sql, says, root, outside):
     """What `sql --engine spark` does before Spark runs anything: the statement check, a bind on a sandboxed
     DuckDB connection over the same warehouse, then the guard on the translated Spark SQL. Each hostile class
     stops at one of them."""
-    from shopsim_wh.spark import translator
+    from shopsim_wh.engines.spark import translator
 
     text = sql.format(o=outside, root=root.resolve(), oname=outside.name)
     with pytest.raises((QueryRefused, duckdb.Error, ValueError)):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from shopsim_wh.spark_sql import Translator
+from shopsim_wh.engines.spark_sql import Translator
 
 
 def test_ordered_first_becomes_min_by_or_max_by():

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from shopsim_wh.errors import ConfigError
-from shopsim_wh.jobs import build_jobs
+from shopsim_wh.core.errors import ConfigError
+from shopsim_wh.core.splits import load_split_manifest, task_ids_sha256
+from shopsim_wh.rollout.jobs import build_jobs
 from shopsim_wh.sim.tasks import default_split_manifest_path, generate_split_manifest
-from shopsim_wh.splits import load_split_manifest, task_ids_sha256
 
 
 def compact_sha(ids):  # written out by hand: "[" + ids joined by "," + "]", ASCII

@@ -12,10 +12,10 @@ import yaml
 from typer.testing import CliRunner
 
 from shopsim_wh.cli.main import app
-from shopsim_wh.db import connect, install_exports
+from shopsim_wh.demo.reasoning import judge, synthesize
+from shopsim_wh.engines.db import connect, install_exports
 from shopsim_wh.export import export
 from shopsim_wh.sim.server import create_app
-from shopsim_wh.synth_reasoning import judge, synthesize
 
 from .conftest import serve_asgi
 from .export_rl_support import RUNS, copy_warehouse
@@ -118,7 +118,7 @@ def test_sft_reasoning_exports_the_accepted_answers(synth):
 def test_an_unreachable_teacher_exits_3_naming_its_url_and_stores_nothing(tmp_path):
     import socket
 
-    from shopsim_wh.warehouse import Warehouse
+    from shopsim_wh.store.warehouse import Warehouse
 
     root = copy_warehouse(tmp_path / "wh")
     with socket.socket() as s:  # a loopback port bound, never listened on: refused, and no other test can take it

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shopsim_wh.db import connect, install_views, staging_sql
-from shopsim_wh.errors import WarehouseError, WarehouseLockedError
-from shopsim_wh.schema import TABLES, to_arrow
-from shopsim_wh.warehouse import StagedFile, Warehouse, stage_parquet
+from shopsim_wh.core.errors import WarehouseError, WarehouseLockedError
+from shopsim_wh.core.schema import TABLES, to_arrow
+from shopsim_wh.engines.db import connect, install_views, staging_sql
+from shopsim_wh.store.warehouse import StagedFile, Warehouse, stage_parquet
 
 from .helpers import one_episode_batch, read_during_commits
 

@@ -26,7 +26,7 @@ def test_wheel_ships_sql_and_loads_every_view(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)],
                    check=True, capture_output=True, timeout=300)
     probe = f"""
-import shopsim_wh, shopsim_wh.db as db, tempfile
+import shopsim_wh, shopsim_wh.engines.db as db, tempfile
 assert shopsim_wh.__file__.startswith({str(env)!r}), shopsim_wh.__file__
 sql = db.sql_dir()
 assert str(sql).startswith({str(env)!r}), sql

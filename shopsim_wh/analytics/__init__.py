@@ -1,8 +1,9 @@
-"""Analytics on top of the SQL views: the paired bare-vs-skill gate and a synthetic warehouse generator.
+"""Analytics on top of the SQL views: the paired bare-vs-skill gate, comparisons, run summaries.
 
 * :func:`shopsim_wh.analytics.gate.gate` fits the paired gate (sufficient statistics from SQL, the small
   solve in numpy) and returns a :class:`~shopsim_wh.analytics.gate.GateResult`.
-* :func:`shopsim_wh.analytics.synth.generate` writes a realistic synthetic warehouse (tests, benchmark).
+* :mod:`shopsim_wh.analytics.compare`, :mod:`~shopsim_wh.analytics.contributions` and
+  :mod:`~shopsim_wh.analytics.summary` answer the run-level questions.
 * :mod:`shopsim_wh.analytics.stats` holds the Student t distribution (no scipy).
 
 Nothing here imports typer or rich; the CLI wires these functions up.
@@ -10,7 +11,7 @@ Nothing here imports typer or rich; the CLI wires these functions up.
 
 from __future__ import annotations
 
-__all__ = ["gate", "generate"]
+__all__ = ["gate"]
 
 
 def __getattr__(name: str):  # lazy: `import shopsim_wh.analytics` stays light
@@ -18,8 +19,4 @@ def __getattr__(name: str):  # lazy: `import shopsim_wh.analytics` stays light
         from .gate import gate
 
         return gate
-    if name == "generate":
-        from .synth import generate
-
-        return generate
     raise AttributeError(name)

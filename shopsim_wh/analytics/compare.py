@@ -30,7 +30,7 @@ from statistics import fmean
 
 import numpy as np
 
-from ..errors import ShopsimError
+from ..core.errors import ShopsimError
 from .gate import Alignment, GateRefused, alignment
 from .stats import percentile_linear
 
@@ -248,7 +248,7 @@ def compare(con_or_warehouse, bare: str, equipped: str, samples: int = DEFAULT_S
         raise ComparisonError(f"confidence_level must be between 0 and 1, not {confidence_level}")
     if summation not in SUMMATIONS:
         raise ComparisonError(f"summation must be one of {', '.join(SUMMATIONS)}, not {summation!r}")
-    from ..db import as_connection
+    from ..engines.db import as_connection
     from .gate import resolve_run
 
     con = as_connection(con_or_warehouse)

@@ -150,7 +150,7 @@ def contributions(con_or_warehouse, bare_run: str, treatment_run: str, budget: i
         raise GateError(f"budget must be positive, not {budget}")
     if summation not in SUMMATIONS:
         raise GateError(f"summation must be one of {', '.join(SUMMATIONS)}, not {summation!r}")
-    from ..db import as_connection
+    from ..engines.db import as_connection
 
     con = as_connection(con_or_warehouse)
     _, treat, aligned = alignment(con, bare_run, treatment_run, allow_missing_checkpoint, assume_aligned)

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import duckdb
 import numpy as np
 
-from .. import run_identity as identity
-from ..errors import ShopsimError
-from ..sandbox import check_expression
+from ..core import run_identity as identity
+from ..core.errors import ShopsimError
+from ..engines.sandbox import check_expression
 from .stats import t_two_sided_p
 
 RULE = ("pass iff at least one coefficient helps (beta > 0, p < alpha, bootstrap CI above 0) and none hurts "
@@ -615,8 +615,8 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
          assume_aligned: bool = False) -> GateResult:
     """Fit the paired gate of ``treatment_run`` against the skill-free ``bare_run``.
 
-    ``con_or_warehouse``: a connection from :func:`shopsim_wh.db.connect` or a warehouse path (opened with
-    :func:`shopsim_wh.sandbox.connect`; pass such a connection too when the covariates are untrusted input).
+    ``con_or_warehouse``: a connection from :func:`shopsim_wh.engines.db.connect` or a warehouse path (opened with
+    :func:`shopsim_wh.engines.sandbox.connect`; pass such a connection too when the covariates are untrusted input).
     ``covariates``: None (an indicator per skill the treatment run selected), or a list of SQL expressions over
     the columns of ``paired_deltas`` (``p.skills``, ``p.task_id``, ...) or ``"skill:<id>"`` items, or a mapping
     name -> expression. ``assume_aligned``: pair the runs without checking their identities (recorded in the
@@ -626,8 +626,8 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
         raise GateError(f"alpha must be in (0, 1), not {alpha}")
     if bootstrap < 0:
         raise GateError(f"bootstrap must be >= 0, not {bootstrap}")
-    from ..db import as_connection
-    from ..sandbox import connect as sandbox_connect
+    from ..engines.db import as_connection
+    from ..engines.sandbox import connect as sandbox_connect
 
     # a path opens the read-only sandbox: the covariates are SQL from the command line
     con = as_connection(con_or_warehouse, sandbox_connect)

@@ -15,7 +15,7 @@ import uuid
 from datetime import UTC, datetime
 
 from .. import __version__
-from ..errors import ShopsimError
+from ..core.errors import ShopsimError
 from .gate import GateError
 
 RULES = ("significance", "strictly-positive-top-k")
@@ -105,8 +105,8 @@ def gate_row(con, result, args: dict, gate_id: str | None = None, decided_at: da
 
 def record(root: str | os.PathLike, con, result, args: dict) -> str:
     """Commit the decision's ``gate_results`` row (and its ``loads`` row); returns the ``gate_id``."""
-    from ..schema import to_arrow
-    from ..warehouse import Warehouse
+    from ..core.schema import to_arrow
+    from ..store.warehouse import Warehouse
 
     row = gate_row(con, result, args)
     load = {"command": "gate", "started_at": row["decided_at"], "finished_at": datetime.now(UTC),
@@ -135,7 +135,7 @@ def recorded(con, gate_id: str) -> dict:
 def rerun(con_or_warehouse, gate_id: str):
     """Re-run a recorded decision from its row: ``(row, result)``. Refuses when either run's fingerprint changed
     since (the runs were replaced: the same arguments would gate other data)."""
-    from ..db import as_connection
+    from ..engines.db import as_connection
 
     con = as_connection(con_or_warehouse)
     row = recorded(con, gate_id)

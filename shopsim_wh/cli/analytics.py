@@ -35,9 +35,9 @@ def gate(
     decision is recorded in table gate_results (unless --dry-run). The fit, with the --covariates' SQL, runs under
     the limits of a user query (--timeout, --memory-limit)."""
     from ..analytics import gate_log
-    from ..sandbox import Limits, limited
-    from ..sandbox import connect as sandboxed
-    from ..warehouse import default_root
+    from ..engines.sandbox import Limits, limited
+    from ..engines.sandbox import connect as sandboxed
+    from ..store.warehouse import default_root
 
     if rule not in RULES:
         raise typer.BadParameter(f"--rule must be one of {', '.join(RULES)}, not {rule!r}")
@@ -62,7 +62,7 @@ def gate(
     if not quiet:
         typer.echo(res.to_json() if fmt == "json" else res.to_table())
     if not dry_run:
-        from ..catalog import refresh_existing
+        from ..engines.catalog import refresh_existing
 
         gate_id = gate_log.record(root, con, res, args)
         refresh_existing(root)
@@ -87,7 +87,7 @@ def compare(
 
     from ..analytics.compare import compare as run_compare
     from ..analytics.compare import to_table
-    from ..warehouse import default_root
+    from ..store.warehouse import default_root
 
     res = run_compare(default_root(warehouse), bare, equipped, samples=samples, seed=seed,
                       confidence_level=confidence, summation=summation, assume_aligned=assume_aligned)

@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from ..catalog import DEFAULT_STORAGE_VERSION  # a light module: duckdb is imported inside its functions
+from ..engines.catalog import (
+    DEFAULT_STORAGE_VERSION,  # a light module: duckdb is imported inside its functions
+)
 from .options import WarehouseOpt
 
 
@@ -23,8 +25,8 @@ def catalog(
         "keep the version a file was built with.")] = DEFAULT_STORAGE_VERSION,
 ) -> None:
     """Write a DuckDB file with every view and macro over the current snapshot, for BI tools (open it read-only)."""
-    from ..catalog import build_catalog
-    from ..warehouse import default_root
+    from ..engines.catalog import build_catalog
+    from ..store.warehouse import default_root
 
     info = build_catalog(default_root(warehouse), out, storage_version)
     if fmt == "json":

@@ -20,9 +20,9 @@ def check(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing; the exit code says it.")] = False,
 ) -> None:
     """Lost, duplicated, unexpected and partial episodes (all must be 0); exit 1 when any is found."""
-    from ..check import check as run_check
-    from ..errors import ShopsimError
-    from ..warehouse import Warehouse, default_root
+    from ..core.errors import ShopsimError
+    from ..ops.check import check as run_check
+    from ..store.warehouse import Warehouse, default_root
 
     root = default_root(warehouse)
     if not Warehouse(root).exists():

@@ -18,9 +18,9 @@ def compact(
 ) -> None:
     """Merge each run's files per table (and rewrite files of an older schema version); replaced files stay for
     the grace period, then `vacuum` deletes them."""
-    from ..catalog import refresh_existing
-    from ..maintenance import compact as run_compact
-    from ..warehouse import default_root
+    from ..engines.catalog import refresh_existing
+    from ..store.maintenance import compact as run_compact
+    from ..store.warehouse import default_root
 
     root = default_root(warehouse)
     res = run_compact(root, run_ids or None)

@@ -15,7 +15,7 @@ def import_cmd(
     out: Annotated[str | None, typer.Option("--out", "-o", help="Write the converted config here (default: print it).")] = None,
 ) -> None:
     """Convert a ShopSimRL experiment YAML (`shopsim-wh run` also reads one directly); notes go to stderr."""
-    from ..config_import import import_file
+    from ..core.config_import import import_file
 
     text, notes = import_file(original, out)
     for note in notes:

@@ -14,7 +14,7 @@ from .spark import EngineOpt, check_engine
 
 
 def _root(warehouse: str | None) -> Path:
-    from ..warehouse import Warehouse, default_root
+    from ..store.warehouse import Warehouse, default_root
 
     root = default_root(warehouse)
     if not Warehouse(root).exists():
@@ -23,7 +23,7 @@ def _root(warehouse: str | None) -> Path:
 
 
 def _open(warehouse: str | None):
-    from ..db import connect
+    from ..engines.db import connect
 
     return connect(_root(warehouse))
 
@@ -69,9 +69,9 @@ def sql(
 
     The query stops at its time limit (default 120 s) and memory cap (default the smaller of 4 GB and a quarter
     of RAM; DuckDB spills to disk before it fails), with exit code 2 and a message saying which limit it hit."""
-    from ..sandbox import Limits, check_query, limited
-    from ..sandbox import connect as sandboxed
-    from ..summary import absent_runs_note, render, run_query
+    from ..analytics.summary import absent_runs_note, render, run_query
+    from ..engines.sandbox import Limits, check_query, limited
+    from ..engines.sandbox import connect as sandboxed
 
     text = check_query(_read_query(query, file))  # refuse before paying for the views
     if fmt not in {"table", "vertical", "csv", "json", "parquet"}:
@@ -88,7 +88,7 @@ def sql(
     if check_engine(engine) == "spark":
         if fmt == "parquet":
             raise typer.BadParameter("--format parquet is not offered with --engine spark; use csv or json")
-        from ..summary import QueryResult
+        from ..analytics.summary import QueryResult
         from .spark import run_sql_spark
 
         cols, rows = run_sql_spark(_root(warehouse), text, params)
@@ -106,7 +106,7 @@ def sql(
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        from ..sandbox import fetch_arrow as sandboxed_arrow
+        from ..engines.sandbox import fetch_arrow as sandboxed_arrow
 
         with limited(con, limits):
             table = sandboxed_arrow(con, text, params)
@@ -130,7 +130,7 @@ def sql(
 
 def tables(warehouse: WarehouseOpt = None, fmt: OutputOpt = "text") -> None:
     """List tables and views with row counts, then the SQL macros with their parameters."""
-    from ..db import ident, macro_signatures, view_names
+    from ..engines.db import ident, macro_signatures, view_names
 
     check_output(fmt)
     con = _open(warehouse)

@@ -18,8 +18,8 @@ def demo_data(
 ) -> None:
     """Write the cookbook's synthetic runs (two checkpoints, bare / skill / placebo, a train-split teacher run and
     coding-agent sessions) into a warehouse; running it again replaces them."""
-    from ..analytics.synth import demo_runs, generate
-    from ..warehouse import default_root
+    from ..demo.shop import demo_runs, generate
+    from ..store.warehouse import default_root
 
     check_output(fmt)
     root = default_root(warehouse)

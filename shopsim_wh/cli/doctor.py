@@ -18,12 +18,12 @@ def doctor(
 ) -> None:
     """Snapshot, files (presence, size, schema, rows), orphans, stale locks, duplicate episodes, schema versions,
     catalog freshness and (with --config) server reachability."""
-    from ..doctor import doctor as run_doctor
-    from ..warehouse import default_root
+    from ..ops.doctor import doctor as run_doctor
+    from ..store.warehouse import default_root
 
     cfg = None
     if config:
-        from ..config import load_config
+        from ..core.config import load_config
 
         cfg = load_config(config)
     root = default_root(warehouse, cfg.output.warehouse if cfg else None)

@@ -57,7 +57,7 @@ SQL_HINT = ("hint: `shopsim-wh tables` lists the tables and views; docs/schema.m
 
 def code_for(exc: BaseException) -> int | None:
     """The exit code for an exception the CLI reports as a message (None: not ours, let it raise)."""
-    from ..errors import ServerUnreachable, ShopsimError, WarehouseLockedError
+    from ..core.errors import ServerUnreachable, ShopsimError, WarehouseLockedError
 
     if isinstance(exc, KeyboardInterrupt):
         return INTERRUPTED

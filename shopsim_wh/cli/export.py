@@ -33,7 +33,7 @@ def export(
     engine: EngineOpt = "duckdb",
 ) -> None:
     """Write one kind of training data as deterministic shards plus manifest.json (see docs/export.md)."""
-    from ..errors import ShopsimError
+    from ..core.errors import ShopsimError
 
     if summary_format not in ("text", "json"):
         raise ShopsimError(f"--summary-format must be text or json, not {summary_format!r}")
@@ -47,10 +47,10 @@ def export(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from ..export import export as run_export
-    from ..warehouse import default_root
+    from ..store.warehouse import default_root
 
     if check_engine(engine) == "spark":
-        from ..spark_export import export_spark as run_export
+        from ..export.spark import export_spark as run_export
 
     root = default_root(warehouse)
     kwargs = dict(runs=runs or None, experiment=experiment, where=where, format=fmt, shard_rows=shard_rows,
@@ -86,7 +86,7 @@ def export(
 
 def _list(warehouse: str | None, summary_format: str) -> None:
     from ..export.describe import describe_kinds
-    from ..warehouse import default_root
+    from ..store.warehouse import default_root
 
     root = default_root(warehouse)
     kinds = describe_kinds(root if not isinstance(root, str) and Path(root).is_dir() else None)

@@ -36,7 +36,7 @@ def ingest(
     from ..ingest import ingest as ingest_paths
     from ..ingest._io import expand_paths
     from ..ingest._io import max_record_bytes as resolve_max_record
-    from ..warehouse import default_root
+    from ..store.warehouse import default_root
 
     check_output(output)
     limit = resolve_max_record(max_record_bytes)  # a bad value: exit 2 before anything is read
@@ -66,8 +66,8 @@ def ingest(
 
             summary = ingest_paths(paths, root, format=fmt, source=source, progress=progress, max_record_bytes=limit)
     d = summary.as_dict()
-    from ..catalog import refresh_existing
-    from ..warehouse import Warehouse
+    from ..engines.catalog import refresh_existing
+    from ..store.warehouse import Warehouse
 
     if Warehouse(root).exists():
         for info in refresh_existing(root, catalog):
@@ -154,10 +154,10 @@ def dump(
 ) -> None:
     """Re-emit one episode in a trace format, or a whole run as a ShopSimRL run directory
     (traces.jsonl with every attempt, manifest.json, summary.json)."""
-    from ..errors import ShopsimError
+    from ..core.errors import ShopsimError
     from ..ingest import dump_episode
     from ..ingest.dump import dump_run
-    from ..warehouse import default_root
+    from ..store.warehouse import default_root
 
     root = default_root(warehouse)
     if episode_id is None:

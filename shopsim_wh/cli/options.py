@@ -50,7 +50,7 @@ def emit_json(doc: object) -> None:
 
     typer.echo(json.dumps(clean(doc), ensure_ascii=False, default=other))
 
-# the limits of a user's query (shopsim_wh.sandbox.Limits): `sql`, `gate`
+# the limits of a user's query (shopsim_wh.engines.sandbox.Limits): `sql`, `gate`
 TimeoutOpt = Annotated[float | None, typer.Option(
     "--timeout", help="Stop the query after this many seconds (0: no limit); default 120, or $SHOPSIM_WH_QUERY_TIMEOUT.")]
 MemoryOpt = Annotated[str | None, typer.Option(

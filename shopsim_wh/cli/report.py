@@ -69,10 +69,10 @@ def report(
         TimeRemainingColumn,
     )
 
-    from ..db import connect
-    from ..errors import ShopsimError
+    from ..core.errors import ShopsimError
+    from ..engines.db import connect
     from ..report import write_report
-    from ..warehouse import Warehouse, default_root, location
+    from ..store.warehouse import Warehouse, default_root, location
 
     root = default_root(warehouse)
     if not Warehouse(root).exists():

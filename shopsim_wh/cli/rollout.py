@@ -38,8 +38,8 @@ def _executor(cfg) -> str:
 
 def plan(config: ConfigArg, fmt: OutputOpt = "text") -> None:
     """Validate a config and show what `run` would do, without calling any server."""
-    from .. import runner
-    from ..config import load_config, public_url
+    from ..core.config import load_config, public_url
+    from ..rollout import runner
 
     check_output(fmt)
     cfg = load_config(config)
@@ -133,11 +133,11 @@ def run(
 
     Exits 1 when episodes failed (run it again to retry them), 2 when the model server refused the requests
     (401/403/400/404/422: fix the key or the config), 3 when a server could not be reached."""
-    from .. import runner
-    from ..config import load_config
-    from ..db import connect
-    from ..summary import format_summary, summarize
-    from ..warehouse import default_root
+    from ..analytics.summary import format_summary, summarize
+    from ..core.config import load_config
+    from ..engines.db import connect
+    from ..rollout import runner
+    from ..store.warehouse import default_root
 
     check_output(fmt)
     cfg = load_config(config)
@@ -194,8 +194,8 @@ def run(
 
 def _refresh_catalogs(root, configured: str | None, quiet: bool = False) -> None:
     """Rebuild output.catalog and the warehouse's own catalog.duckdb (when it exists) after a commit."""
-    from ..catalog import refresh_existing
-    from ..warehouse import Warehouse
+    from ..engines.catalog import refresh_existing
+    from ..store.warehouse import Warehouse
 
     if Warehouse(root).exists():
         for info in refresh_existing(root, configured):
@@ -215,10 +215,10 @@ def summarize_cmd(
     `reward` is the server's top-level reward (r_strict for shop_env runs, see runs.primary_reward); the figures
     are computed by the rules of ShopSimRL's summary.json (view eval_summary). `--format json` prints
     {"runs": [one object per run with every figure]}."""
-    from ..db import connect
-    from ..errors import WarehouseError
-    from ..summary import eval_summaries, format_summary, summarize
-    from ..warehouse import Warehouse, default_root
+    from ..analytics.summary import eval_summaries, format_summary, summarize
+    from ..core.errors import WarehouseError
+    from ..engines.db import connect
+    from ..store.warehouse import Warehouse, default_root
 
     check_output(fmt)
     root = default_root(warehouse)

@@ -22,8 +22,8 @@ def list_cmd(
 ) -> None:
     """Every run of the current snapshot that holds episodes: id, experiment, source, checkpoint, created, episode
     attempts, files, size. `--all` adds the partitions without an episode, marked as empty."""
-    from ..maintenance import list_runs
-    from ..warehouse import default_root
+    from ..store.maintenance import list_runs
+    from ..store.warehouse import default_root
 
     runs = list_runs(default_root(warehouse))
     shown = [r for r in runs if show_all or r.episodes]
@@ -62,9 +62,9 @@ def rm_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
 ) -> None:
     """Remove a run from the warehouse in one commit; its files are deleted by `vacuum` after the grace period."""
-    from ..catalog import refresh_existing
-    from ..maintenance import GRACE_S, remove_run
-    from ..warehouse import default_root
+    from ..engines.catalog import refresh_existing
+    from ..store.maintenance import GRACE_S, remove_run
+    from ..store.warehouse import default_root
 
     root = default_root(warehouse)
     n = remove_run(root, run_id)

@@ -25,9 +25,9 @@ def spark_views(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the DDL to this file instead of stdout.")] = None,
 ) -> None:
     """Print the Spark SQL that creates every view over the current snapshot's files: paste it into a Spark SQL
-    session (spark-sql, a notebook, Spark Connect) or use shopsim_wh.spark.register(spark, warehouse) from Python."""
-    from ..spark import spark_ddl
-    from ..warehouse import default_root
+    session (spark-sql, a notebook, Spark Connect) or use shopsim_wh.engines.spark.register(spark, warehouse) from Python."""
+    from ..engines.spark import spark_ddl
+    from ..store.warehouse import default_root
 
     text = spark_ddl(default_root(warehouse), exports=exports)
     if out:
@@ -39,8 +39,8 @@ def spark_views(
 
 def run_sql_spark(root, text: str, params: dict):
     """One query on Spark over the translated views: (columns, rows)."""
-    from ..spark import register, session, translator
-    from ..spark_guard import bind_on_duckdb, check, run_guarded, temp_views
+    from ..engines.spark import register, session, translator
+    from ..engines.spark_guard import bind_on_duckdb, check, run_guarded, temp_views
 
     bind_on_duckdb(root, text, params)  # DuckDB's sandbox first: its functions, the warehouse's views only
     query = translator().query(text)

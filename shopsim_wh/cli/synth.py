@@ -27,8 +27,8 @@ def synth_reasoning(
     stored as rejected with the reason. Export the accepted ones with `shopsim-wh export sft-reasoning`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from ..synth_reasoning import synthesize
-    from ..warehouse import default_root
+    from ..demo.reasoning import synthesize
+    from ..store.warehouse import default_root
 
     root = default_root(warehouse)
     kw = dict(runs=runs or None, experiment=experiment, where=where, limit=limit, allow_test=allow_test,

@@ -18,8 +18,8 @@ def vacuum(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
 ) -> None:
     """Delete replaced files older than the grace period and orphans left by crashed commits."""
-    from ..maintenance import vacuum as run_vacuum
-    from ..warehouse import default_root
+    from ..store.maintenance import vacuum as run_vacuum
+    from ..store.warehouse import default_root
 
     res = run_vacuum(default_root(warehouse), force=force, grace_s=grace)
     if fmt == "json":

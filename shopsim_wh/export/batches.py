@@ -38,7 +38,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..db import ident, sql_string
+from ..engines.db import ident, sql_string
 from .registry import SHADOWED, Kind
 from .writer import DUP, HASH, KEY, SHARD, _conform, _plain_type
 
@@ -158,8 +158,8 @@ def shadow_columns(con, db: str, spec: Kind, blocks) -> dict[str, list[str]] | N
     """
     if spec.record:
         return None
-    from ..db import reachable, shipped_refs
-    from ..db import words as words_of
+    from ..engines.db import reachable, shipped_refs
+    from ..engines.db import words as words_of
 
     refs = shipped_refs()
     own = words_of(spec.sql)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from .. import __version__
-from ..db import ident
+from ..engines.db import ident
 from . import batches, groups
 from .registry import ExportError, Kind, get_kind
 from .scope import bind_params, decontamination, pushdown, select_runs, where_clause
@@ -82,14 +82,14 @@ def _open(warehouse, spill_dir: str, views: set[str] | None = None):
     here); of the export kinds, those defining ``views`` are installed (default: all)."""
     import duckdb
 
-    from ..db import SMALL_TABLE_BYTES, install_exports, install_views
-    from ..warehouse import Warehouse
+    from ..engines.db import SMALL_TABLE_BYTES, install_exports, install_views
+    from ..store.warehouse import Warehouse
 
     if isinstance(warehouse, duckdb.DuckDBPyConnection):  # an open connection: its snapshot is not known here
         warehouse.execute("SET enable_progress_bar = false")
         install_exports(warehouse)
         return warehouse, None, None, None
-    from ..warehouse import location
+    from ..store.warehouse import location
 
     if not Warehouse(warehouse).exists():
         raise ExportError(f"no warehouse at {warehouse}; point --warehouse at one built by `run` or `ingest`")
@@ -179,7 +179,7 @@ def blocks_of(spec: Kind) -> tuple[str, ...]:
 
 def _reads(sql: str) -> set[str]:
     """The export_* views ``sql`` reads (comments aside), transitively."""
-    from ..db import reachable, shipped_refs, words
+    from ..engines.db import reachable, shipped_refs, words
 
     return {n for n in reachable(words(sql), shipped_refs()) if n.startswith("export_")}
 

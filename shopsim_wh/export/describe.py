@@ -43,8 +43,8 @@ def tiny_warehouse(root: Path) -> Path:
 
         ingest(paths, root, parallel=False)
         return root
-    from .. import runner
-    from ..config import load_config
+    from ..core.config import load_config
+    from ..rollout import runner
 
     cfg_path = root.parent / "demo.yaml"
     cfg_path.write_text(json.dumps({
@@ -57,7 +57,7 @@ def tiny_warehouse(root: Path) -> Path:
 
 def describe_kinds(warehouse=None) -> list[dict]:
     """[{name, grain, trl, description, sample, filters, default_where, columns: [[name, type]], example}]."""
-    from ..db import connect, install_exports
+    from ..engines.db import connect, install_exports
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(warehouse) if warehouse else None
@@ -274,5 +274,5 @@ and token estimates). A kind is one `sql/exports/<kind>.sql` whose header (`-- e
 `batch:` (`task` keeps a task's episodes in one batch), `batch-episodes:` (the kind's batch size), `decisions:`
 (a view listing the only decisions whose context `export_decisions` computes for the kind: `preference` needs
 its pairs' decisions only)) the registry reads. `connect()` does not install this layer (its view stacks are slow to bind);
-`shopsim_wh.db.install_exports(con)` adds it to a connection for queries by hand.
+`shopsim_wh.engines.db.install_exports(con)` adds it to a connection for queries by hand.
 """

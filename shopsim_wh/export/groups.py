@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..db import ident, sql_string, staging_sql
+from ..engines.db import ident, sql_string, staging_sql
 from .writer import SHARD, ShardStats, WriteStats, _HashedFile, shard_name
 
 # the tables the shadowed base views read (each view: its table and stg_episodes, for the last attempt)

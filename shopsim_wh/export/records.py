@@ -93,7 +93,7 @@ def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool =
     :func:`finish` them (the fallback episodes read from ``con``'s base views: in an export batch, the batch's own
     copy of the base rows)."""
     from .. import __version__
-    from ..db import fetch_arrow, sql_string
+    from ..engines.db import fetch_arrow, sql_string
 
     con.execute(f"SET VARIABLE export_tool_version = {sql_string(__version__)}")
     table = fetch_arrow(con, query)  # one batch of the export: ~RECORD_BATCH episodes

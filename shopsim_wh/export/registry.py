@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ShopsimError
+from ..core.errors import ShopsimError
 
 HEADER = re.compile(r"^--\s*([a-z][a-z-]*):\s?(.*)$")
 REQUIRED = ("export", "grain", "sample", "filters", "description")
@@ -123,13 +123,13 @@ def _kinds(root: str) -> dict[str, Kind]:
 
 def list_kinds() -> list[Kind]:
     """Every registered kind, by name."""
-    from ..db import sql_dir
+    from ..engines.db import sql_dir
 
     return sorted(_kinds(str(sql_dir())).values(), key=lambda k: k.name)
 
 
 def get_kind(name: str) -> Kind:
-    from ..db import sql_dir
+    from ..engines.db import sql_dir
 
     kinds = _kinds(str(sql_dir()))
     if name not in kinds:

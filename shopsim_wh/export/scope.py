@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import duckdb
 
-from ..errors import TestSplitGuard
+from ..core.errors import TestSplitGuard
 from .registry import ExportError, Kind
 
 PARAMS = ("export_window", "export_max_tokens", "export_include_reasoning", "export_include_persona", "export_gamma",
@@ -62,7 +62,7 @@ def _check_where(expr: str) -> str:
     """The one gate a --where expression passes before it reaches SQL: exactly one expression (the SQL
     sandbox's rule: no ';', no comments, no unbalanced parentheses, no clause around it), returned
     parenthesised; :func:`where_clause` then allows only the kind's filter columns and no subquery."""
-    from ..sandbox import check_expression
+    from ..engines.sandbox import check_expression
 
     return check_expression(expr, "--where")
 
@@ -136,7 +136,7 @@ def pushdown(con: duckdb.DuckDBPyConnection, kind: Kind, expr: str | None) -> tu
 def heldout_tasks(selected: list[dict]) -> tuple[dict[str, set[int]], list[dict]]:
     """For each shop run, the val/test task ids of its split manifest (identified by hash; the embedded
     simulator's frozen file when the config names none), and the manifests used."""
-    from ..splits import load_split_manifest
+    from ..core.splits import load_split_manifest
 
     out: dict[str, set[int]] = {}
     used: dict[str, dict] = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import IngestError
+from ..core.errors import IngestError
 
 READ_BLOCK = 8 * 1024 * 1024
 DATA_SUFFIXES = (".jsonl", ".json", ".ndjson")

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import IngestError
-from ..warehouse import StagedFile
+from ..core.errors import IngestError
+from ..store.warehouse import StagedFile
 
 _FIELDS = ("source_file", "run_id", "load_id", "source_format", "experiment", "max_field_bytes", "max_record_bytes",
            "flush_every", "flush_bytes", "staging_dir")
@@ -77,8 +77,8 @@ def worker_main(argv: list[str]) -> int:
     sys.meta_path.insert(0, _NoPandas())
     import importlib
 
-    from ..schema import conform
-    from ..warehouse import stage_parquet
+    from ..core.schema import conform
+    from ..store.warehouse import stage_parquet
     from ._rows import Sink
     from .core import INGEST_ZSTD_LEVEL, UnitContext
     spec = json.loads(argv[0])

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import orjson
 import pyarrow as pa
 
-from ..schema import SCHEMA_VERSION, TABLES, TS
+from ..core.schema import SCHEMA_VERSION, TABLES, TS
 
 _LINEAGE = ("load_id", "schema_version")
 

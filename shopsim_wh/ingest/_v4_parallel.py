@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import IngestError
-from ..warehouse import StagedFile
+from ..core.errors import IngestError
+from ..store.warehouse import StagedFile
 from . import v4
 from ._episode_index import EpisodeIndex
 from ._io import base_suffix, iter_lines

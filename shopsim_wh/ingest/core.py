@@ -28,12 +28,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import __version__, crash
-from ..errors import ShopsimError, WarehouseFullError
-from ..ledger import Ledger
-from ..names import check_name
-from ..schema import TABLES
-from ..warehouse import Warehouse
+from .. import __version__
+from ..core import crash
+from ..core.errors import ShopsimError, WarehouseFullError
+from ..core.names import check_name
+from ..core.schema import TABLES
+from ..store.ledger import Ledger
+from ..store.warehouse import Warehouse
 from ._io import DEFAULT_MAX_RECORD_BYTES, SIDECAR_NAMES, expand_paths, open_binary, probe_head, sha256_files
 from ._io import max_record_bytes as resolve_max_record_bytes
 from ._json import DEFAULT_MAX_FIELD_BYTES, cap
@@ -604,7 +605,7 @@ def _same_attempts(ctx: UnitContext) -> None:
     replace = set(ctx.unit.get("replace", ()))
     model = (ctx.run_fields.get("model_name"), ctx.run_fields.get("checkpoint_id"))
     mine = np.concatenate(ctx.attempt_keys)
-    from ..committer import SOURCE_FORMAT as RUNNER_FORMAT
+    from ..rollout.committer import SOURCE_FORMAT as RUNNER_FORMAT
     for run_id, fmt, *run_model in ctx.known_runs.get(ctx.experiment, ()):
         if run_id in replace or tuple(run_model) != model:
             continue

@@ -17,8 +17,8 @@ from pathlib import Path
 import orjson
 
 from .. import __version__
-from ..db import connect
-from ..errors import IngestError
+from ..core.errors import IngestError
+from ..engines.db import connect
 from .stored import _Episode, _iso, _loads, load_episodes  # noqa: F401  (re-exported)
 
 FORMATS = ("shopsimrl-v4", "atif")

@@ -187,7 +187,7 @@ def _provenance(ep: _Episode, res: dict):
     model_cfg = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
     env_cfg = cfg.get("environment") if isinstance(cfg.get("environment"), dict) else {}
     # the base URLs the runner recorded (runs.provenance, credentials stripped), else the config's
-    from ..config import public_url
+    from ..core.config import public_url
 
     rp = ep.run_prov if isinstance(ep.run_prov, dict) else {}
     run_model, run_env = (p if isinstance(p, dict) else {} for p in (rp.get("model"), rp.get("environment")))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import IngestError
+from ..core.errors import IngestError
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ from pathlib import Path
 
 import orjson
 
-from .. import run_identity as identity
-from ..schema import TABLES
-from ..warehouse import stage_parquet_tables
+from ..core import run_identity as identity
+from ..core.schema import TABLES
+from ..store.warehouse import stage_parquet_tables
 from ._episode_index import EpisodeIndex
 from ._io import TooLarge, base_suffix, iter_lines, open_binary, read_capped
 from ._json import RecordError, cap, parse_record

@@ -20,7 +20,7 @@ __all__ = ["Report", "ReportError", "build", "write_report"]
 def write_report(con_or_warehouse, out: str | os.PathLike, **options) -> dict:
     """Build the report (``options``: those of :func:`.build.build`) and write it to ``out`` atomically
     (a temporary name, then a rename). Returns the summary: runs, sections, charts, gate, out, bytes, seconds."""
-    from ..db import as_connection
+    from ..engines.db import as_connection
     from .html import render
 
     con = as_connection(con_or_warehouse)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import duckdb
 
-from ..errors import ShopsimError
+from ..core.errors import ShopsimError
 from . import charts, queries
 from .document import Report, Section, Table
 from .exports_section import export_rows, read_manifests
@@ -316,7 +316,7 @@ def build(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None, experim
           gate: tuple[str, str] | None = None, prices: dict[str, tuple[float, float]] | None = None,
           bootstrap: int = 1000, seed: int = 0, warehouse: str = "", progress: Progress | None = None,
           exports: list[str] | None = None, group_by: str = "run") -> Report:
-    """Build the report's sections over an open connection (:func:`shopsim_wh.db.connect`): one per domain
+    """Build the report's sections over an open connection (:func:`shopsim_wh.engines.db.connect`): one per domain
     present (:data:`DOMAINS`), then the gate and the exports.
 
     ``group_by``: ``run`` (every run its own series) or ``checkpoint`` (a checkpoint's runs pooled).

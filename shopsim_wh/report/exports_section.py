@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ShopsimError
+from ..core.errors import ShopsimError
 
 
 def read_manifests(paths: list[str | Path]) -> list[tuple[Path, dict]]:

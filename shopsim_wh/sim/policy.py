@@ -29,7 +29,7 @@ Failure kinds (``FAILURE_KINDS``), each drawn per call with its rate, first hit 
 ``invalid_click`` (well-formed ``click`` whose value is not in the enum), ``length`` (finish_reason ``length``,
 truncated reasoning, no call), ``mixed_content`` (the call plus visible text), ``wrong_arguments`` (JSON arguments
 with an extra key), ``missing_function`` (a sentence and a call without its ``function`` object). Each surfaces as its own
-protocol code (see ``shopsim_wh.protocol_codes``). At temperature 0 the profile's default rates are off; rates given explicitly in
+protocol code (see ``shopsim_wh.core.protocol_codes``). At temperature 0 the profile's default rates are off; rates given explicitly in
 ``scripted_policy.failure_rates`` (or ``PolicyConfig.overrides``) always apply. Independently, if the reasoning
 plus call would exceed ``max_tokens`` (1 token per word), the reply is truncated with finish_reason ``length``.
 

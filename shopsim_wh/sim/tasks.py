@@ -22,14 +22,14 @@ import pathlib
 import random
 from dataclasses import dataclass, field
 
-from shopsim_wh.sim.catalog import Product, generate_catalog
-from shopsim_wh.sim.vocab import FIRST_NAMES, OCCUPATIONS, PREFERENCES
-from shopsim_wh.splits import (  # noqa: F401  (DEFAULT_SPLITS_FILE, default_split_manifest_path: re-exported)
+from shopsim_wh.core.splits import (  # noqa: F401  (DEFAULT_SPLITS_FILE, default_split_manifest_path: re-exported)
     DEFAULT_SPLITS_FILE,
     default_split_manifest_path,
     dump_persona_splits,
     persona_splits_document,
 )
+from shopsim_wh.sim.catalog import Product, generate_catalog
+from shopsim_wh.sim.vocab import FIRST_NAMES, OCCUPATIONS, PREFERENCES
 
 N_TASKS = 4600
 N_PERSONAS = 420

@@ -33,7 +33,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 
 def templates(fixtures: Path = FIXTURES) -> dict[str, list[dict]]:
     """One or more good records per reader (claude-code: the lines of one session, in order)."""
-    from ..ingest import synth_v4
+    from ..demo import shopsimrl_v4 as synth_v4
 
     cc = [json.loads(line) for line in (fixtures / "ingest/claude_code/5e55a0b0-hook-fixture.jsonl").read_text().splitlines()
           if line.strip()]
@@ -57,7 +57,7 @@ def _unique(reader: str, tpl: list[dict], i: int) -> dict:
         return rec
     rec = copy.deepcopy(tpl[0])
     if reader == "shopsimrl-v4":
-        from ..ingest import synth_v4
+        from ..demo import shopsimrl_v4 as synth_v4
 
         return synth_v4.record(100000 + i, steps=2, obs_words=4, think_words=4)
     if reader == "agent-multi-turn":
@@ -267,7 +267,7 @@ def fuzz_ingest(cases: list[tuple[str, list, str | None]], workdir: Path, tpl: d
                 max_field_bytes: int = 4096) -> FuzzResult:
     """Build one file per case (reader, plan, compression or None), ingest each reader's files in one call
     (forced format) into one warehouse under ``workdir``, and check every file (:func:`check_landed`)."""
-    from ..db import connect
+    from ..engines.db import connect
     from ..ingest import ingest
 
     tpl = tpl or templates()

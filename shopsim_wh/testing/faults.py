@@ -3,7 +3,7 @@
 Used by tests/test_durability_*.py (a few cases) and bench/bench_durability.py (many); the soak command
 can call :func:`crash_matrix` and :func:`kill_storm` directly. Everything runs the real runner on the
 embedded servers, in real child processes (``os.fork`` of an interpreter that has already imported the
-library, so a case costs the job, not the imports), and ends with :func:`shopsim_wh.check.check`.
+library, so a case costs the job, not the imports), and ends with :func:`shopsim_wh.ops.check.check`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from .. import crash
-from ..check import CheckReport, check
+from ..core import crash
+from ..ops.check import CheckReport, check
 
 TINY_JOB = {
     "experiment": {"name": "durability", "seed": 5},
@@ -73,8 +73,8 @@ def warm(config: str | os.PathLike | None = None) -> None:
     """Build in this process what every job needs once (the embedded catalog and tasks, cached per seed; the
     CLI's imports), so forked children inherit it instead of each paying for it (seconds per child)."""
     from ..cli import main as _cli_main  # noqa: F401 - imported for the children
-    from ..config import load_config
-    from ..runner import plan
+    from ..core.config import load_config
+    from ..rollout.runner import plan
     from ..sim.server import create_app
 
     seed = load_config(config).environment.seed if config is not None else 0
@@ -84,8 +84,8 @@ def warm(config: str | os.PathLike | None = None) -> None:
 
 
 def run_job(config: str | os.PathLike, warehouse: str | os.PathLike):
-    from ..config import load_config
-    from ..runner import run
+    from ..core.config import load_config
+    from ..rollout.runner import run
 
     return run(load_config(config), str(warehouse))
 

@@ -4,7 +4,7 @@ every row on DuckDB, tests/test_spark_guard.py on Spark's guard).
 ``DUCKDB``: (query as a user types it, DuckDB dialect; what the refusal must say). Placeholders: ``{o}`` a
 directory outside the warehouse holding ``secret.txt``, ``data.csv`` and ``data.json``; ``{root}`` the warehouse;
 ``{oname}`` the outside directory's name. ``SPARK``: attacks written in Spark SQL, which DuckDB would not even
-parse, for Spark's own guard (``shopsim_wh.spark_guard.check``).
+parse, for Spark's own guard (``shopsim_wh.engines.spark_guard.check``).
 """
 
 DUCKDB: tuple[tuple[str, str], ...] = (

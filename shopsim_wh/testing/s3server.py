@@ -50,6 +50,6 @@ def s3_server() -> Iterator[dict[str, str]]:
 def make_bucket(name: str) -> None:
     import boto3
 
-    from ..storage import s3_settings
+    from ..store.storage import s3_settings
 
     boto3.session.Session().client("s3", **s3_settings()).create_bucket(Bucket=name)

@@ -26,7 +26,7 @@
 -- Python's json reads is a failed attempt with error_type = the ingest error class (the original would read its
 -- fields). A completed record whose final.done is not true is stored with done = false by the v4 reader, so
 -- it counts as failed, as in the original; sources without a done flag (done NULL) count by status.
--- shopsim_wh.summary.eval_summary_json assembles a row into the summary.json shape.
+-- shopsim_wh.analytics.summary.eval_summary_json assembles a row into the summary.json shape.
 -- DuckDB-specific: MAP, json_each / json_extract, the macros.
 CREATE OR REPLACE VIEW eval_summary AS
 WITH ended AS (  -- every episode's final attempt with the original's completed flag

@@ -6,7 +6,7 @@
 --   (chat templates write `arguments | tojson`, so text would be quoted twice); anything else (invalid JSON
 --   of a protocol-error turn, a non-object) stays as it was.
 -- export_strip_persona(content): a system prompt without its persona section (`用户个人文档：` + one line of
---   JSON, the layout of shopsim_wh/prompts.py that ShopSimRL v4 records share).
+--   JSON, the layout of shopsim_wh/rollout/prompts.py that ShopSimRL v4 records share).
 -- export_message(role, content, reasoning_content, tool_calls, tool_call_id, name): one message object;
 --   keys whose value is NULL are left out, tool_calls embedded as JSON (through export_tool_calls).
 -- est_tokens_of(content, tool_calls, reasoning_content): the documented estimate of sql/ir/ir_context.sql,
