@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from shopsim_wh.analytics.gate import gate  # noqa: E402
+from shopsim_wh.analytics.gate import GateOptions, gate  # noqa: E402
 from shopsim_wh.demo import shop as synth  # noqa: E402
 from shopsim_wh.engines.db import connect  # noqa: E402
 from shopsim_wh.store.warehouse import Warehouse  # noqa: E402
@@ -58,7 +58,7 @@ def warehouse(n: int) -> Path:
         return root
     shutil.rmtree(root, ignore_errors=True)
     t = time.perf_counter()
-    synth.generate(root, n, runs=SIZES[n], steps=15, seed=0)
+    synth.generate(root, n, synth.WarehouseSpec(runs=SIZES[n], steps=15, seed=0))
     print(f"generated {n:,} episodes in {time.perf_counter() - t:.1f} s -> {root}", flush=True)
     marker.write_text(json.dumps(want))
     return root
@@ -234,7 +234,8 @@ def bench(n: int, repeat: int, naive: bool) -> list[tuple]:
         ("eval_summary", "SELECT * FROM eval_summary (all runs: summary.json figures)",
          lambda: con.execute("SELECT * FROM eval_summary").fetchall(), lambda: naive_eval_summary(root)),
         ("gate", f"gate {BARE} vs {TREATMENT} ({runs_n:,} episodes each, {pairs:,} pairs, bootstrap 1000)",
-         lambda: gate(con, BARE, TREATMENT, bootstrap=1000), lambda: naive_gate(root, BARE, TREATMENT)),
+         lambda: gate(con, BARE, TREATMENT, GateOptions(bootstrap=1000)),
+         lambda: naive_gate(root, BARE, TREATMENT)),
         ("ir_steps", f"ir_steps WHERE run_id/episode_id = one episode ({episode})",
          lambda: con.execute("SELECT * FROM ir_steps WHERE run_id = ? AND episode_id = ?", [TREATMENT, episode]).fetchall(),
          lambda: naive_ir_steps(root, TREATMENT, episode)),

@@ -107,9 +107,9 @@ METHODS = {"export": method_export, "copy": method_copy, "naive": method_naive}
 
 
 def _generate(wh: Path, n: int) -> None:
-    from shopsim_wh.demo.shop import generate
+    from shopsim_wh.demo.shop import WarehouseSpec, generate
 
-    generate(wh, n, runs=1, repeats=3, coding_episodes=0)
+    generate(wh, n, WarehouseSpec(runs=1, repeats=3, coding_episodes=0))
 
 
 if __name__ == "__main__":

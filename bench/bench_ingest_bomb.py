@@ -34,7 +34,8 @@ def record(i: int) -> bytes:
     """A small ShopSimRL-shaped record (the synthetic generator's, one step)."""
     from shopsim_wh.demo import shopsimrl_v4 as synth_v4
 
-    return json.dumps(synth_v4.record(i, steps=1, obs_words=8, think_words=8), ensure_ascii=False).encode()
+    rec = synth_v4.record(i, spec=synth_v4.RecordSpec(steps=1, obs_words=8, think_words=8))
+    return json.dumps(rec, ensure_ascii=False).encode()
 
 
 def write(path: Path, good: int, line_mib: int) -> None:

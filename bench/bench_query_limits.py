@@ -55,11 +55,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--memory", default="1GB")
     args = ap.parse_args()
-    from shopsim_wh.demo.shop import generate
+    from shopsim_wh.demo.shop import WarehouseSpec, generate
 
     with tempfile.TemporaryDirectory(prefix="shopsim-limits-") as tmp:
         wh = Path(tmp) / "wh"
-        generate(wh, 200, runs=2, seed=1, repeats=1, coding_episodes=0)
+        generate(wh, 200, WarehouseSpec(runs=2, seed=1, repeats=1, coding_episodes=0))
         code, base_wall, base_rss, _ = _run(wh, "select count(*) from episodes", args.timeout, args.memory)
         assert code == 0, "the baseline query failed"
         cap = _mb(args.memory)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from shopsim_wh.demo import shop as synth  # noqa: E402
 from shopsim_wh.engines.db import connect  # noqa: E402
-from shopsim_wh.report import write_report  # noqa: E402
+from shopsim_wh.report import ReportOptions, write_report  # noqa: E402
 from shopsim_wh.store.warehouse import Warehouse  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def main() -> None:
         connect(root).execute("SELECT * FROM run_metrics").fetchall()
 
     def report():
-        write_report(connect(root), out, gate=("synth-ckpt-a-bare", "synth-ckpt-a-skill"))
+        write_report(connect(root), out, ReportOptions(gate=("synth-ckpt-a-bare", "synth-ckpt-a-skill")))
 
     base, rep = best(baseline, args.repeat), best(report, args.repeat)
     print(f"episodes {args.episodes:,}: connect + run_metrics {base * 1000:.0f} ms; report {rep * 1000:.0f} ms "

@@ -66,17 +66,18 @@ def _attach_s3(con, endpoint: str) -> str:
 
 
 def build(episodes: int, endpoint: str, work: str, local: bool = True, exports: bool = True) -> dict:
-    from shopsim_wh.demo.shop import demo_runs, generate
+    from shopsim_wh.demo.shop import WarehouseSpec, demo_runs, generate
     from shopsim_wh.testing.s3server import make_bucket
 
     make_bucket("bench")
     url = f"s3://bench/wh-{episodes}"
     t0 = time.perf_counter()
+    shape = WarehouseSpec(runs=demo_runs(), seed=11, repeats=2, coding_episodes=6)
     if local:
-        generate(os.path.join(work, "local"), episodes, runs=demo_runs(), seed=11, repeats=2, coding_episodes=6)
+        generate(os.path.join(work, "local"), episodes, shape)
     t_local = time.perf_counter() - t0 if local else None
     t0 = time.perf_counter()
-    generate(url, episodes, runs=demo_runs(), seed=11, repeats=2, coding_episodes=6)
+    generate(url, episodes, shape)
     t_s3 = time.perf_counter() - t0
     from shopsim_wh.store.warehouse import Warehouse
 

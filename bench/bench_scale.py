@@ -73,10 +73,10 @@ rows = con.execute("SELECT * FROM run_metrics").fetchall()
 done(t, rows=len(rows))
 """,
     "gate": PRELUDE + r"""
-from shopsim_wh.analytics.gate import gate
+from shopsim_wh.analytics.gate import GateOptions, gate
 from shopsim_wh.engines.db import connect
 t = time.perf_counter()
-res = gate(connect(sys.argv[1]), sys.argv[2], sys.argv[3], bootstrap=1000)
+res = gate(connect(sys.argv[1]), sys.argv[2], sys.argv[3], GateOptions(bootstrap=1000))
 done(t, pairs=res.n_pairs, decision=res.decision)
 """,
     "export": PRELUDE + r"""
@@ -159,8 +159,8 @@ def write_v4(path: str, n: int) -> None:
         return
     pool = []
     for j in range(POOL):
-        b = synth_v4.line(synth_v4.record(POOL_BASE + j, protocol_error_at=3 if j % 7 == 0 else None,
-                                          length_failure=j % 11 == 5, **V4))
+        b = synth_v4.line(synth_v4.record(POOL_BASE + j, spec=synth_v4.RecordSpec(
+            protocol_error_at=3 if j % 7 == 0 else None, length_failure=j % 11 == 5, **V4)))
         pool.append(b.split(str(POOL_BASE + j).encode()))
     with open(path, "wb") as f:
         for t in range(n):
@@ -175,7 +175,7 @@ def v4_input(work: Path, n: int) -> Path:
 
 def analytics_warehouse(work: Path, n: int, uri: str | None = None) -> str:
     code = ("import sys; from shopsim_wh.analytics import synth; "
-            "synth.generate(sys.argv[1], int(sys.argv[2]), runs=2, steps=15, seed=0, coding_episodes=0)")
+            "synth.generate(sys.argv[1], int(sys.argv[2]), synth.WarehouseSpec(runs=2, steps=15, seed=0, coding_episodes=0))")
     if uri is None:
         return str(cached(work / f"wh-{n}", {"n": n, "gen": generator_key()}, lambda p: generate(code, p, n)))
     from shopsim_wh.store.warehouse import Warehouse

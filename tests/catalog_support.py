@@ -19,12 +19,12 @@ def small_warehouse() -> Path:
     """4 shop runs of 120 episodes (60 tasks x 2 samples, the default bare / skill / placebo specs) + 2 coding
     sessions: enough pairs for the gate, small enough to build in about a second."""
     if "wh" not in _CACHE:
-        from shopsim_wh.demo.shop import generate
+        from shopsim_wh.demo.shop import WarehouseSpec, generate
 
         tmp = tempfile.mkdtemp(prefix="shopsim-catalog-")
         atexit.register(shutil.rmtree, tmp, ignore_errors=True)
         root = Path(tmp) / "wh"
-        generate(root, 480, runs=4, seed=5, repeats=2, coding_episodes=2, compact=False)
+        generate(root, 480, WarehouseSpec(runs=4, seed=5, repeats=2, coding_episodes=2, compact=False))
         _CACHE["wh"] = root
     return _CACHE["wh"]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from shopsim_wh.core.config import load_config
-from shopsim_wh.demo.shopsimrl_v4 import line, record
-from shopsim_wh.ingest import ingest
+from shopsim_wh.demo.shopsimrl_v4 import RecordSpec, line, record
+from shopsim_wh.ingest import IngestOptions, ingest
 from shopsim_wh.rollout import runner
 from shopsim_wh.sim.server import create_app
 
@@ -50,10 +50,11 @@ def build(root: Path, tmp: Path) -> dict:
     tau = tmp / "tau3.json"
     tau.write_text(json.dumps(runs + [{**runs[0], "trial": 99}]))
     v4 = tmp / "v4.jsonl"
-    v4.write_bytes(b"".join(line(record(2000 + i, steps=3, obs_words=20, think_words=8)) for i in range(2)))
+    small = RecordSpec(steps=3, obs_words=20, think_words=8)
+    v4.write_bytes(b"".join(line(record(2000 + i, spec=small)) for i in range(2)))
     ingest([FIX / "ingest" / "agent_multi_turn", FIX / "ingest" / "claude_code", REAL / "claude_code_session-share",
-            REAL / "claude_code_cclogviewer", REAL / "atif_login-trace", v4], root, parallel=False)
-    ingest([tau], root, format="openai-messages", parallel=False)
+            REAL / "claude_code_cclogviewer", REAL / "atif_login-trace", v4], root, IngestOptions(parallel=False))
+    ingest([tau], root, IngestOptions(format="openai-messages", parallel=False))
     from shopsim_wh.engines.db import connect
     from shopsim_wh.sim.tasks import generate_tasks
 

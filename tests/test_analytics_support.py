@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from shopsim_wh.demo.shop import TEACHER_RUN, RunSpec, default_runs, generate
+from shopsim_wh.demo.shop import TEACHER_RUN, RunSpec, WarehouseSpec, default_runs, generate
 from shopsim_wh.engines.db import connect
 from shopsim_wh.store.warehouse import Warehouse
 
@@ -36,7 +36,7 @@ def synth_warehouse() -> tuple[Path, object]:
         tmp = tempfile.mkdtemp(prefix="shopsim-analytics-")
         atexit.register(shutil.rmtree, tmp, ignore_errors=True)
         root = Path(tmp) / "wh"
-        info = generate(root, EPISODES, runs=RUNS, seed=11, repeats=2, coding_episodes=6)
+        info = generate(root, EPISODES, WarehouseSpec(runs=RUNS, seed=11, repeats=2, coding_episodes=6))
         _CACHE["wh"] = (root, info)
     return _CACHE["wh"]
 

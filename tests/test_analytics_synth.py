@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from shopsim_wh.demo.shop import RunSpec, generate
+from shopsim_wh.demo.shop import RunSpec, WarehouseSpec, generate
 from shopsim_wh.engines.db import connect
 from shopsim_wh.store.warehouse import Warehouse
 
@@ -22,7 +22,7 @@ def con():
 
 def test_chunked_generation_is_compacted_sorted_and_deterministic(tmp_path):
     runs = [RunSpec("r-bare"), RunSpec("r-skill", skill_bank="effective")]
-    info = generate(tmp_path / "a", 400, runs=runs, chunk_episodes=50, coding_episodes=2, seed=3)
+    info = generate(tmp_path / "a", 400, WarehouseSpec(runs=runs, chunk_episodes=50, coding_episodes=2, seed=3))
     assert info.tasks == 100 and info.episodes_per_run == 200
     wh = Warehouse(tmp_path / "a")
     snap = wh.snapshot()
@@ -32,12 +32,12 @@ def test_chunked_generation_is_compacted_sorted_and_deterministic(tmp_path):
             assert len(files) == 1, (table, run)  # 4 chunk commits compacted into one file
             ids = pq.read_table(wh.abspath(files[0]), columns=["episode_id"]).column(0).to_pylist()
             assert ids == sorted(ids)  # sorted: row-group statistics prune single-episode lookups
-    generate(tmp_path / "b", 400, runs=runs, chunk_episodes=50, coding_episodes=2, seed=3)
+    generate(tmp_path / "b", 400, WarehouseSpec(runs=runs, chunk_episodes=50, coding_episodes=2, seed=3))
     for table in ("episodes", "actions", "messages"):
         a = connect(tmp_path / "a").execute(f"SELECT * EXCLUDE (load_id) FROM {table} ORDER BY ALL").fetchall()
         b = connect(tmp_path / "b").execute(f"SELECT * EXCLUDE (load_id) FROM {table} ORDER BY ALL").fetchall()
         assert a == b
-    again = generate(tmp_path / "a", 200, runs=runs[:1], chunk_episodes=70, coding_episodes=0, seed=3)
+    again = generate(tmp_path / "a", 200, WarehouseSpec(runs=runs[:1], chunk_episodes=70, coding_episodes=0, seed=3))
     assert again.runs == runs[:1]  # re-generating a run replaces it
     assert connect(tmp_path / "a").execute("SELECT count(*) FROM episodes WHERE run_id = 'r-bare'").fetchone()[0] == 200
 

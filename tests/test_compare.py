@@ -11,7 +11,14 @@ import sys
 
 import pytest
 
-from shopsim_wh.analytics.compare import ComparisonError, bootstrap_means, compare, metric_seed, to_table
+from shopsim_wh.analytics.compare import (
+    CompareOptions,
+    ComparisonError,
+    bootstrap_means,
+    compare,
+    metric_seed,
+    to_table,
+)
 from shopsim_wh.engines.db import connect
 
 from .shopsimrl_runs import FIXTURES, write_run
@@ -110,12 +117,12 @@ def test_refuses_misaligned_runs(tmp_path):
     write_run(root, "other-model", _jobs("base_s0", BANK)[:20], skill_bank="b", model_name="another")
     con = connect(root)
     with pytest.raises(ComparisonError, match="do not align"):
-        compare(con, "bare", "eq", samples=10)
+        compare(con, "bare", "eq", CompareOptions(samples=10))
     with pytest.raises(ComparisonError, match="frozen"):
-        compare(con, "bare", "eq-mixed", samples=10)
+        compare(con, "bare", "eq-mixed", CompareOptions(samples=10))
     with pytest.raises(ComparisonError, match="injected no skills"):
-        compare(con, "bare", "eq-none", samples=10)
+        compare(con, "bare", "eq-none", CompareOptions(samples=10))
     with pytest.raises(ComparisonError, match="model_name"):
-        compare(con, "bare", "other-model", samples=10)
+        compare(con, "bare", "other-model", CompareOptions(samples=10))
     with pytest.raises(ComparisonError, match="samples"):
-        compare(con, "bare", "eq", samples=0)
+        compare(con, "bare", "eq", CompareOptions(samples=0))

@@ -11,7 +11,7 @@ import pytest
 
 from shopsim_wh.core import crash
 from shopsim_wh.demo import shopsimrl_v4 as synth_v4
-from shopsim_wh.ingest import ingest
+from shopsim_wh.ingest import IngestOptions, ingest
 from shopsim_wh.ops.check import check
 from shopsim_wh.store import storage
 from shopsim_wh.testing import faults
@@ -59,7 +59,7 @@ def test_power_loss_catches_a_skipped_fsync(tmp_path, job, monkeypatch):
     shutil.copytree(base, reference)
     faults.run_job(cfg, reference)
     monkeypatch.setattr(storage, "fsync_file", lambda path: None)  # the forked child inherits the bug
-    r = faults.crash_case(base, cfg, reference, tmp_path / "neg", "commit.acknowledged", 1,
+    r = faults.crash_case(faults.CrashJob(base, cfg, reference), tmp_path / "neg", "commit.acknowledged", 1,
                           resume=lambda: None)  # no resume: check the image as power loss left it
     assert r.exit_code == crash.CRASH_EXIT
     assert r.at_crash.ok  # the process crash alone loses nothing: the page cache still holds the bytes
@@ -88,7 +88,7 @@ def test_commit_path_and_ingest_crash_points(tmp_path):
     and of ingest, each at its first, second and last occurrence."""
     files = _ingest_inputs(tmp_path)
     work = tmp_path / "w"
-    do = lambda wh: lambda: ingest(files, wh, flush_every=2, parallel=False)  # noqa: E731
+    do = lambda wh: lambda: ingest(files, wh, IngestOptions(flush_every=2, parallel=False))  # noqa: E731
     reference = tmp_path / "reference"
     counts_file = tmp_path / "counts.json"
     assert faults.fork_call(do(reference), {"SHOPSIM_WH_CRASH_COUNTS": str(counts_file)}) == 0
@@ -103,7 +103,7 @@ def test_commit_path_and_ingest_crash_points(tmp_path):
             at_crash = check(wh)
             if not image.exists():
                 image.mkdir(parents=True)
-            ingest(files, image, parallel=False)
+            ingest(files, image, IngestOptions(parallel=False))
             after = check(image)
             if code != crash.CRASH_EXIT or not at_crash.ok or not after.ok or after.stored != len(files) * N_RECORDS:
                 bad.append((p, k, code, at_crash.summary(), after.summary()))

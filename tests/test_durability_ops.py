@@ -18,7 +18,7 @@ from shopsim_wh.core import crash
 from shopsim_wh.core.errors import WarehouseFullError
 from shopsim_wh.demo import shopsimrl_v4 as synth_v4
 from shopsim_wh.engines.db import connect
-from shopsim_wh.ingest import ingest
+from shopsim_wh.ingest import IngestOptions, ingest
 from shopsim_wh.ops.check import check
 from shopsim_wh.store.ledger import LEDGER_DIR
 from shopsim_wh.store.warehouse import Warehouse
@@ -119,14 +119,14 @@ def test_disk_full_stops_cleanly_and_resume_completes_after_space_is_freed(tmp_p
             free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
             ballast.write_bytes(b"\0" * max(0, free - 160 * 1024))
             with pytest.raises(WarehouseFullError, match="unit\\(s\\) landed before the disk filled") as err:
-                ingest(srcs, wh, parallel=False)
+                ingest(srcs, wh, IngestOptions(parallel=False))
             assert "run the same command again" in str(err.value)
             del err
             rep = check(wh)
             assert rep.ok and rep.stray == [], (rep.summary(), rep.stray)
             ballast.unlink()
             landed_before = rep.stored - 7  # 1 + 6 runner episodes
-            assert sum(f.episodes for f in ingest(srcs, wh, parallel=False).files) + landed_before == 30
+            assert sum(f.episodes for f in ingest(srcs, wh, IngestOptions(parallel=False)).files) + landed_before == 30
             rep = check(wh)
             assert rep.ok and rep.stored == 37 and rep.stray == [], rep.summary()
     finally:
@@ -155,7 +155,7 @@ def test_writers_serialise_and_a_killed_writers_lock_and_files_are_recovered(tmp
     assert check(wh).stray == []  # the next writer deleted what the dead one left
     # two runners and an ingest at once: one writer at a time, each waits for the lock, all land once
     pids = [faults.fork_start(lambda c=c: faults.run_job(c, wh)) for c in (a, b)]
-    pids.append(faults.fork_start(lambda: ingest([src / "traces.jsonl"], wh, parallel=False)))
+    pids.append(faults.fork_start(lambda: ingest([src / "traces.jsonl"], wh, IngestOptions(parallel=False))))
     assert [faults.wait(p) for p in pids] == [0, 0, 0]
     for c in (a, b):
         rep = check(wh, c)

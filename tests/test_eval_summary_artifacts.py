@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from shopsim_wh.analytics.summary import eval_summaries
-from shopsim_wh.demo.shopsimrl_v4 import episode_seed, line, manifest, provenance, record
+from shopsim_wh.demo.shopsimrl_v4 import RecordSpec, episode_seed, line, manifest, provenance, record
 from shopsim_wh.engines.db import connect
 from shopsim_wh.ingest import ingest
 
@@ -39,8 +39,8 @@ def write_condition(root: Path, cond: str, rows: list[dict]) -> Path:
              "split": "test"} for r in rows]
     with open(d / "traces.jsonl", "wb") as f:
         for r in rows:
-            rec = record(int(r["task_id"]), 0, steps=2, obs_words=4, think_words=2, seed=SEED, split="test",
-                         skills=cond.endswith(("s0", "st")))
+            rec = record(int(r["task_id"]), 0, RecordSpec(steps=2, obs_words=4, think_words=2, seed=SEED, split="test",
+                                                          skills=cond.endswith(("s0", "st"))))
             reward, success = float(r[f"{cond}_reward"]), int(r[f"{cond}_success"])
             rec["final"]["reward"] = reward
             rec["final"]["reward_detail"].update(r_strict=reward, r_success=success)

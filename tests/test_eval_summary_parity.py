@@ -24,13 +24,14 @@ import math
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
 
 from shopsim_wh.analytics.summary import eval_summaries, format_summary, summarize
-from shopsim_wh.demo.shopsimrl_v4 import episode_seed, line, manifest, provenance, record
+from shopsim_wh.demo.shopsimrl_v4 import RecordSpec, episode_seed, line, manifest, provenance, record
 from shopsim_wh.engines.db import connect
 from shopsim_wh.ingest import ingest
 
@@ -165,28 +166,29 @@ def write_run(root: Path, name: str = "val-parity") -> tuple[Path, int]:
     task_ids = [100 + 37 * i for i in range(9)]
     jobs = [{"task_id": t, "sample_id": s, "seed": episode_seed(seed, t, s), "split": split}
             for t in task_ids for s in range(2)]
-    kw = {"steps": 6, "obs_words": 20, "think_words": 10, "seed": seed, "split": split}
+    base = RecordSpec(steps=6, obs_words=20, think_words=10, seed=seed, split=split)
+    failed = replace(base, status="failed")
     recs = []
     for i, j in enumerate(jobs[:-2]):  # the last two jobs never ran: requested > trace_files
         t, s = j["task_id"], j["sample_id"]
         mode = i % 8
         if mode == 0:
-            recs.append(record(t, s, protocol_error_at=2, **kw))
+            recs.append(record(t, s, replace(base, protocol_error_at=2)))
         elif mode == 1:
-            recs.append(record(t, s, length_failure=True, **kw))
+            recs.append(record(t, s, replace(base, length_failure=True)))
         elif mode == 2:
-            recs.append(record(t, s, action_limit=True, **kw))
+            recs.append(record(t, s, replace(base, action_limit=True)))
         elif mode == 3:  # two failed attempts, then the retry that completes
-            recs += [record(t, s, status="failed", **kw), record(t, s, status="failed", fail_stage="reset", **kw),
-                     _edit(record(t, s, **kw), _reasoning_tokens)]
+            recs += [record(t, s, failed), record(t, s, replace(failed, fail_stage="reset")),
+                     _edit(record(t, s, base), _reasoning_tokens)]
         elif mode == 4:  # still failed: its error type counts in `errors`
-            recs.append(record(t, s, status="failed", **kw))
+            recs.append(record(t, s, failed))
         elif mode == 5:
-            recs.append(_edit(record(t, s, **kw), _no_total_tokens))
+            recs.append(_edit(record(t, s, base), _no_total_tokens))
         elif mode == 6:
-            recs.append(_edit(record(t, s, **kw), _invalid_click))
+            recs.append(_edit(record(t, s, base), _invalid_click))
         else:
-            recs.append(_edit(record(t, s, **kw), _partial_detail))
+            recs.append(_edit(record(t, s, base), _partial_detail))
     recs[1]["duration_ms"] = None  # no duration: left out of duration_ms_mean
     d = root / name
     d.mkdir(parents=True)
@@ -252,8 +254,8 @@ def test_a_second_run_directory_gets_its_own_row(tmp_path):
     runs = tmp_path / "runs"
     a, na = write_run(runs, "val-a")
     (b := runs / "val-b").mkdir()
-    recs = [record(100, 0, steps=4, obs_words=10, think_words=5, seed=7), record(137, 0, steps=4, obs_words=10,
-                                                                               think_words=5, seed=7)]
+    small = RecordSpec(steps=4, obs_words=10, think_words=5, seed=7)
+    recs = [record(100, 0, small), record(137, 0, small)]
     (b / "traces.jsonl").write_bytes(b"".join(line(r) for r in recs))
     ingest([runs], tmp_path / "wh")
     got = eval_summaries(connect(tmp_path / "wh"))
@@ -265,9 +267,10 @@ def test_a_second_run_directory_gets_its_own_row(tmp_path):
 def test_synth_run_dir_summary_json_is_reproduced(tmp_path):
     """synth_v4.run_dir writes its summary.json with the v4 writer's own summarize: ours, the reference above and
     that file agree (three implementations of the same rules)."""
-    from shopsim_wh.demo.shopsimrl_v4 import run_dir
+    from shopsim_wh.demo.shopsimrl_v4 import RunDirSpec, run_dir
 
-    d = run_dir(tmp_path / "runs", "val-synth", n_tasks=7, repeats=2, steps=5, obs_words=10, think_words=5)
+    d = run_dir(tmp_path / "runs", "val-synth",
+                RunDirSpec(n_tasks=7, repeats=2, steps=5, obs_words=10, think_words=5))
     written = {k: v for k, v in json.loads((d / "summary.json").read_text()).items() if k != "created_at"}
     ingest([tmp_path / "runs"], tmp_path / "wh")
     (ours,) = eval_summaries(connect(tmp_path / "wh")).values()
@@ -286,11 +289,11 @@ def test_summarize_json_prints_the_summary_shape(parity):
 
 def test_completed_record_without_final_done_counts_as_failed(tmp_path):
     """The original store calls a record complete only when final.done is true (status alone is not enough)."""
-    from shopsim_wh.demo.shopsimrl_v4 import line, record
+    from shopsim_wh.demo.shopsimrl_v4 import RecordSpec, line, record
 
     run = tmp_path / "runs" / "done-flag"
     run.mkdir(parents=True)
-    recs = [record(t, 0, steps=2, obs_words=3, think_words=1, seed=7, split="val") for t in (11, 12, 13)]
+    recs = [record(t, 0, RecordSpec(steps=2, obs_words=3, think_words=1, seed=7, split="val")) for t in (11, 12, 13)]
     recs[1]["final"]["done"] = False
     del recs[2]["final"]["done"]
     assert all(r["status"] == "completed" for r in recs)

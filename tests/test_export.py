@@ -210,12 +210,13 @@ def test_jsonl_lines_hold_objects(export_con, tmp_path):
 
 
 def test_test_split_is_refused_without_allow_test(tmp_path):
-    from shopsim_wh.demo.shopsimrl_v4 import line, record
-    from shopsim_wh.ingest import ingest
+    from shopsim_wh.demo.shopsimrl_v4 import RecordSpec, line, record
+    from shopsim_wh.ingest import IngestOptions, ingest
 
     f = tmp_path / "test.jsonl"
-    f.write_bytes(b"".join(line(record(3000 + i, steps=2, obs_words=10, think_words=4, split="test")) for i in range(2)))
-    ingest([f], tmp_path / "wh", parallel=False)
+    small = RecordSpec(steps=2, obs_words=10, think_words=4, split="test")
+    f.write_bytes(b"".join(line(record(3000 + i, spec=small)) for i in range(2)))
+    ingest([f], tmp_path / "wh", IngestOptions(parallel=False))
     from shopsim_wh.engines.db import connect
 
     con = connect(tmp_path / "wh")
@@ -227,12 +228,12 @@ def test_test_split_is_refused_without_allow_test(tmp_path):
 
 def test_shopsimrl_v4_export_ingests_back(export_con, tmp_path):
     from shopsim_wh.engines.db import connect
-    from shopsim_wh.ingest import ingest
+    from shopsim_wh.ingest import IngestOptions, ingest
 
     res = export("shopsimrl-v4", export_con, tmp_path / "v4", runs=["t"], format="jsonl", where="true")
     lines = [json.loads(x) for x in (tmp_path / "v4" / res.shards[0]["file"]).read_text().splitlines()]
     assert len(lines) == res.rows == 3 and all(r["schema_version"] == "shopsimrl-episode-v4" for r in lines)
-    s = ingest([tmp_path / "v4"], tmp_path / "wh2", parallel=False)
+    s = ingest([tmp_path / "v4"], tmp_path / "wh2", IngestOptions(parallel=False))
     assert s.as_dict()["episodes_landed"] == 3
     a = export_con.execute("SELECT episode_id, reward FROM episodes WHERE run_id = 't' ORDER BY 1").fetchall()
     b = connect(tmp_path / "wh2").execute("SELECT episode_id, reward FROM episodes ORDER BY 1").fetchall()

@@ -63,7 +63,7 @@ def test_a_group_holds_every_file_of_its_episodes(export_wh, tmp_path):
     from shopsim_wh.export.scope import bind_params
 
     spec = get_kind("shopsimrl-v4")
-    con, _, _, (wh, snap) = core._open(export_wh["root"], str(tmp_path / "spill"), core._reads(spec.sql) | {spec.view})
+    con, _, _, (wh, snap) = core._open(export_wh["root"], str(tmp_path / "spill"), core.reads(spec.sql) | {spec.view})
     try:
         bind_params(con, {"export_window": None, "export_max_tokens": None, "export_include_reasoning": False,
                           "export_include_persona": False, "export_gamma": 1.0, "export_min_margin": None,

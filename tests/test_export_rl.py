@@ -459,10 +459,10 @@ def test_monte_carlo_values_do_not_depend_on_the_order_rows_are_summed(tmp_path)
     the rows in, and prm's shards changed from run to run (sha256). The sums are exact now: same bytes each run."""
     import hashlib
 
-    from shopsim_wh.demo.shop import generate
+    from shopsim_wh.demo.shop import WarehouseSpec, generate
 
     wh = tmp_path / "wh"
-    generate(wh, 600, runs=1, repeats=3, coding_episodes=0)
+    generate(wh, 600, WarehouseSpec(runs=1, repeats=3, coding_episodes=0))
     digests = set()
     for i in range(4):
         res = export("prm", wh, tmp_path / f"prm{i}", where="true", format="jsonl")

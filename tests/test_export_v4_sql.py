@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from shopsim_wh.demo import shopsimrl_v4 as synth_v4
 from shopsim_wh.export import export
 from shopsim_wh.export.records import RESPELL, scrub
-from shopsim_wh.ingest import ingest
+from shopsim_wh.ingest import IngestOptions, ingest
 from shopsim_wh.ingest.dump import load_episodes, to_atif
 from shopsim_wh.ingest.dump_v4 import to_v4
 
@@ -34,7 +34,7 @@ FLAGS = {"both": {"include_reasoning": True, "include_persona": True}, "default"
 def _edge_record() -> dict:
     """A record whose values DuckDB's JSON writer spells differently from orjson: doubles of 1e16 and above and
     between 1e-6 and 1e-5 in tool arguments, a unit-separator control character in an observation."""
-    r = synth_v4.record(4100, steps=3, obs_words=6, think_words=4)
+    r = synth_v4.record(4100, spec=synth_v4.RecordSpec(steps=3, obs_words=6, think_words=4))
     call = r["steps"][0]["model"]["tool_calls"][0]
     call["arguments"] = {"big": 1e16, "huge": 1.5e22, "small": 5e-06, "mixed": [2.5e-7, 123456789012345680.0]}
     call["raw_arguments"] = orjson.dumps(call["arguments"]).decode()
@@ -48,12 +48,13 @@ def v4_wh(tmp_path_factory):
     """Ingested ShopSimRL records: a realistic run directory (its job mix above), the spelling edge cases, and
     two records with residuals only the dump writer restores (an unknown top-level key; the slime variant)."""
     tmp = tmp_path_factory.mktemp("v4sql")
-    synth_v4.run_dir(tmp / "runs", "train-run", split="train", n_tasks=6, steps=4, obs_words=8, think_words=6)
-    odd = synth_v4.record(4200, steps=2, obs_words=6, think_words=4)
+    synth_v4.run_dir(tmp / "runs", "train-run",
+                     synth_v4.RunDirSpec(split="train", n_tasks=6, steps=4, obs_words=8, think_words=6))
+    odd = synth_v4.record(4200, spec=synth_v4.RecordSpec(steps=2, obs_words=6, think_words=4))
     odd["trainer_note"] = {"kept": True}
-    slime = synth_v4.record(4300, steps=2, obs_words=6, think_words=4, kind="slime")
+    slime = synth_v4.record(4300, spec=synth_v4.RecordSpec(steps=2, obs_words=6, think_words=4, kind="slime"))
     (tmp / "more.jsonl").write_bytes(b"".join(synth_v4.line(r) for r in (_edge_record(), odd, slime)))
-    ingest([tmp / "runs", tmp / "more.jsonl"], tmp / "wh", parallel=False)
+    ingest([tmp / "runs", tmp / "more.jsonl"], tmp / "wh", IngestOptions(parallel=False))
     from shopsim_wh.engines.db import connect, install_exports
 
     con = connect(tmp / "wh")
@@ -149,7 +150,7 @@ def test_an_export_installs_its_own_kind_only(export_wh, tmp_path):
     from shopsim_wh.export.registry import get_kind
 
     spec = get_kind("atif")
-    con, _, _, _ = core._open(export_wh["root"], str(tmp_path / "spill"), core._reads(spec.sql) | {spec.view})
+    con, _, _, _ = core._open(export_wh["root"], str(tmp_path / "spill"), core.reads(spec.sql) | {spec.view})
     try:
         views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE view_name LIKE 'export_%'").fetchall()}
     finally:

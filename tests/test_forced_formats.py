@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from shopsim_wh.analytics.summary import summarize
 from shopsim_wh.cli.main import app
 from shopsim_wh.engines.db import connect
-from shopsim_wh.ingest import ingest
+from shopsim_wh.ingest import IngestOptions, ingest
 
 from .conftest import REPO
 
@@ -54,7 +54,7 @@ def test_forcing_a_format_on_a_file_with_no_valid_record_lands_only_its_error_ro
 def test_json_that_is_no_record_of_the_format_gets_an_error_row_saying_so(tmp_path):
     p = tmp_path / "other.jsonl"
     p.write_text('{"foo": 1}\n{"bar": [2]}\n')
-    s = ingest([p], tmp_path / "wh", format="claude-code", parallel=False)
+    s = ingest([p], tmp_path / "wh", IngestOptions(format="claude-code", parallel=False))
     assert [(f.status, f.episodes) for f in s.files] == [("no_valid_record", 0)]
     rows = connect(tmp_path / "wh").execute("SELECT error_class, message FROM ingest_errors").fetchall()
     assert len(rows) == 1 and rows[0][0] == "no_records" and "check --format" in rows[0][1]

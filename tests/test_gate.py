@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shopsim_wh.analytics.gate import GateDataError, GateError, GateRefused, gate
+from shopsim_wh.analytics.gate import GateDataError, GateError, GateOptions, GateRefused, gate
 from shopsim_wh.engines.db import connect, sql_dir
 
 from .test_analytics_support import final_rows, read_table, synth_connection, synth_warehouse
@@ -78,7 +78,7 @@ def independent_fit(x, y, bootstrap, seed, alpha, pairs_per_pattern=500):
 @pytest.mark.parametrize("treatment_pair", [(BARE, SKILL), (PLACEBO_BARE, PLACEBO)])
 def test_every_statistic_matches_independent_numpy(con, root, treatment_pair):
     bare, treatment = treatment_pair
-    res = gate(con, bare, treatment, bootstrap=200, seed=5, alpha=0.1)
+    res = gate(con, bare, treatment, GateOptions(bootstrap=200, seed=5, alpha=0.1))
     x, y, names, _ = independent_pairs(root, bare, treatment)
     beta, se, t, p, lo, hi = independent_fit(x, y, 200, 5, 0.1)
     assert res.n_pairs == len(y) and [c.name for c in res.coefficients] == names
@@ -101,7 +101,7 @@ def test_the_pattern_sampler_matches_too(con, root, monkeypatch, treatment_pair)
 
     monkeypatch.setattr(gate_module, "PAIRS_PER_PATTERN", 40)
     bare, treatment = treatment_pair
-    res = gate(con, bare, treatment, bootstrap=120, seed=9)
+    res = gate(con, bare, treatment, GateOptions(bootstrap=120, seed=9))
     x, y, _, _ = independent_pairs(root, bare, treatment)
     assert len(y) >= 40 * len(np.unique(x, axis=0))
     beta, se, t, p, lo, hi = independent_fit(x, y, 120, 9, 0.05, pairs_per_pattern=40)
@@ -110,7 +110,8 @@ def test_the_pattern_sampler_matches_too(con, root, monkeypatch, treatment_pair)
 
 
 def test_continuous_covariates_use_the_pair_sampler_and_match(con, root):
-    res = gate(con, BARE, SKILL, covariates={"one": "1", "mod": "p.task_id % 97"}, bootstrap=60, seed=2)
+    res = gate(con, BARE, SKILL,
+               GateOptions(covariates={"one": "1", "mod": "p.task_id % 97"}, bootstrap=60, seed=2))
     _, y, _, keys = independent_pairs(root, BARE, SKILL)
     x = np.array([[1.0, float(t % 97)] for t, _ in keys])
     assert len(np.unique(x, axis=0)) > 64
@@ -120,17 +121,17 @@ def test_continuous_covariates_use_the_pair_sampler_and_match(con, root):
 
 
 def test_planted_skill_passes_and_placebo_fails(con):
-    res = gate(con, BARE, SKILL, bootstrap=300)
+    res = gate(con, BARE, SKILL, GateOptions(bootstrap=300))
     assert res.passed and res.decision == "pass"
     top = max(res.coefficients, key=lambda c: c.t)
     assert top.name == "skill-read-options" and top.beta > 0.04 and top.p < 1e-3 and top.ci_low > 0
-    placebo = gate(con, PLACEBO_BARE, PLACEBO, bootstrap=300)
+    placebo = gate(con, PLACEBO_BARE, PLACEBO, GateOptions(bootstrap=300))
     assert not placebo.passed and placebo.decision == "fail"
     assert all(c.p > 0.05 for c in placebo.coefficients)
 
 
 def test_json_shape_and_table(con):
-    res = gate(con, BARE, SKILL, bootstrap=50)
+    res = gate(con, BARE, SKILL, GateOptions(bootstrap=50))
     doc = json.loads(res.to_json())
     assert list(doc) == ["n_pairs", "coverage", "coefficients", "decision"]
     assert doc["decision"] in ("pass", "fail") and doc["n_pairs"] == res.n_pairs
@@ -142,7 +143,7 @@ def test_json_shape_and_table(con):
 
 
 def test_bare_score_is_the_bare_runs_own_metrics(con):
-    res = gate(con, BARE, SKILL, bootstrap=0)
+    res = gate(con, BARE, SKILL, GateOptions(bootstrap=0))
     row = con.execute("SELECT completed, reward_mean, reward_sem, r_success_mean FROM run_metrics WHERE run_id = ?",
                       [BARE]).fetchone()
     b = res.bare_score
@@ -151,12 +152,13 @@ def test_bare_score_is_the_bare_runs_own_metrics(con):
 
 
 def test_custom_covariates_constant_is_the_mean_delta(con, root):
-    res = gate(con, BARE, SKILL, covariates={"all": "1"}, bootstrap=0)
+    res = gate(con, BARE, SKILL, GateOptions(covariates={"all": "1"}, bootstrap=0))
     _, y, _, _ = independent_pairs(root, BARE, SKILL)
     (c,) = res.coefficients
     assert c.name == "all" and c.beta == pytest.approx(y.mean(), abs=1e-12)
     assert c.se == pytest.approx(y.std(ddof=1) / math.sqrt(len(y)), abs=1e-12)
-    two = gate(con, BARE, SKILL, covariates=["skill:skill-read-options", "p.task_id % 2"], bootstrap=0)
+    two = gate(con, BARE, SKILL,
+               GateOptions(covariates=["skill:skill-read-options", "p.task_id % 2"], bootstrap=0))
     assert [c.name for c in two.coefficients] == ["skill-read-options", "p.task_id % 2"]
 
 
@@ -173,7 +175,8 @@ def test_refuses_runs_that_differ_in_more_than_skills(con):
 def test_checkpoint_required_unless_allowed(con):
     with pytest.raises(GateRefused, match="checkpoint_id"):
         gate(con, "synth-nockpt-bare", "synth-nockpt-skill")
-    res = gate(con, "synth-nockpt-bare", "synth-nockpt-skill", allow_missing_checkpoint=True, bootstrap=20)
+    res = gate(con, "synth-nockpt-bare", "synth-nockpt-skill",
+               GateOptions(allow_missing_checkpoint=True, bootstrap=20))
     assert res.n_pairs > 800
 
 
@@ -188,17 +191,18 @@ def test_refuses_a_bare_run_with_skills_same_run_and_unknown_runs(con):
 
 def test_collinear_and_empty_covariates_are_clear_errors(con):
     with pytest.raises(GateDataError, match="proportional"):
-        gate(con, BARE, SKILL, covariates={"a": "skill:skill-read-options", "b": "skill:skill-read-options"})
+        gate(con, BARE, SKILL,
+             GateOptions(covariates={"a": "skill:skill-read-options", "b": "skill:skill-read-options"}))
     with pytest.raises(GateDataError, match="zero on every pair"):
-        gate(con, BARE, SKILL, covariates=["skill:no-such-skill"])
+        gate(con, BARE, SKILL, GateOptions(covariates=["skill:no-such-skill"]))
     with pytest.raises(GateDataError, match="linearly dependent"):
-        gate(con, BARE, SKILL, covariates={
+        gate(con, BARE, SKILL, GateOptions(covariates={
             "one": "1", "opt": "skill:skill-read-options",
-            "not_opt": "CASE WHEN list_contains(p.skills, 'skill-read-options') THEN 0 ELSE 1 END"})
+            "not_opt": "CASE WHEN list_contains(p.skills, 'skill-read-options') THEN 0 ELSE 1 END"}))
     with pytest.raises(GateDataError, match="no covariates"):
-        gate(con, BARE, SKILL, covariates=[])
+        gate(con, BARE, SKILL, GateOptions(covariates=[]))
     with pytest.raises(GateDataError, match="NULL"):
-        gate(con, BARE, SKILL, covariates=["CASE WHEN p.task_id % 2 = 0 THEN 1 END"])
+        gate(con, BARE, SKILL, GateOptions(covariates=["CASE WHEN p.task_id % 2 = 0 THEN 1 END"]))
 
 
 def _patched_connection(root: Path, old: str, new: str):
@@ -221,13 +225,13 @@ def test_zero_pairs_and_equal_deltas_are_clear_errors(root):
 
 def test_bad_arguments(con):
     with pytest.raises(GateError, match="alpha"):
-        gate(con, BARE, SKILL, alpha=1.5)
+        gate(con, BARE, SKILL, GateOptions(alpha=1.5))
     with pytest.raises(GateError, match="bootstrap"):
-        gate(con, BARE, SKILL, bootstrap=-1)
+        gate(con, BARE, SKILL, GateOptions(bootstrap=-1))
 
 
 def test_accepts_a_warehouse_path(root):
-    res = gate(root, BARE, SKILL, bootstrap=10)
+    res = gate(root, BARE, SKILL, GateOptions(bootstrap=10))
     assert res.n_pairs > 800
 
 
@@ -251,11 +255,11 @@ def test_pairs_table_holds_only_the_columns_the_fit_reads(con, monkeypatch, cova
         return fit(con_, table, *a, **k)
 
     monkeypatch.setattr(gate_mod, "_fit", spy)
-    narrow = gate(con, BARE, SKILL, covariates=covariates, bootstrap=50, seed=3)
+    narrow = gate(con, BARE, SKILL, GateOptions(covariates=covariates, bootstrap=50, seed=3))
     every = {d[0] for d in con.execute("SELECT * FROM paired_deltas(?, ?) LIMIT 0", [BARE, SKILL]).description}
     assert seen[0] == (every if extra == "all" else {"task_id", "sample_id", "delta", "skills"} | extra)
     monkeypatch.setattr(gate_mod, "_pair_columns", lambda *a: "*")
-    wide = gate(con, BARE, SKILL, covariates=covariates, bootstrap=50, seed=3)
+    wide = gate(con, BARE, SKILL, GateOptions(covariates=covariates, bootstrap=50, seed=3))
     assert seen[1] == every and len(every) > 20
     a, b = narrow.to_dict(full=True), wide.to_dict(full=True)  # DuckDB's parallel sums: the last bits may differ
     ca, cb = a.pop("coefficients"), b.pop("coefficients")

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from shopsim_wh.analytics.contributions import contributions, fit_paired_delta_ols
+from shopsim_wh.analytics.contributions import ContributionOptions, contributions, fit_paired_delta_ols
 from shopsim_wh.analytics.gate import GateDataError, GateRefused
 from shopsim_wh.analytics.stats import RankDeficient, solve_exact
 from shopsim_wh.core.config import Skills
@@ -57,8 +57,8 @@ def wh(tmp_path_factory):
 
 
 def test_refits_the_published_round_000_gate_digit_for_digit(wh):
-    res = contributions(connect(wh), "round-000-bare-val", "round-000-gate", budget=EXP["active_skill_budget"],
-                        columns=COLUMNS)
+    res = contributions(connect(wh), "round-000-bare-val", "round-000-gate",
+                        ContributionOptions(budget=EXP["active_skill_budget"], columns=COLUMNS))
     assert res.n_pairs == 400
     for metric in METRICS:
         got, want = res.estimates[metric], EXP["estimates"][metric]
@@ -78,7 +78,8 @@ def test_budget_and_ties_by_id(tmp_path):
     treated = [dict(j, reward=float(len(sets[t])), skills=sets[t]) for t, j in enumerate(bare)]
     write_run(root, "bare", bare)
     write_run(root, "treat", treated, skill_bank="bank")
-    res = contributions(connect(root), "bare", "treat", budget=1, columns=["zeta", "alpha"])
+    res = contributions(connect(root), "bare", "treat",
+                        ContributionOptions(budget=1, columns=["zeta", "alpha"]))
     assert res.estimates["reward"]["coefficients"] == {"zeta": 1.0, "alpha": 1.0}
     assert res.selected == ["alpha"]  # equal coefficients: the smaller id ranks first
     assert [(r["chunk_id"], r["rank"], r["status"]) for r in res.contributions] == [

@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shopsim_wh.analytics.gate import GateError, gate
+from shopsim_wh.analytics.gate import GateError, GateOptions, gate
 from shopsim_wh.analytics.summary import run_query, summarize
 from shopsim_wh.core.config import load_config
 from shopsim_wh.core.errors import ConfigError, NameRefused, WarehouseError
 from shopsim_wh.core.names import check_name, is_name
-from shopsim_wh.demo.shop import default_runs, generate
+from shopsim_wh.demo.shop import WarehouseSpec, default_runs, generate
 from shopsim_wh.engines import sandbox
 from shopsim_wh.engines.db import connect
-from shopsim_wh.ingest import ingest
+from shopsim_wh.ingest import IngestOptions, ingest
 from shopsim_wh.rollout.runner import plan
 from shopsim_wh.store.warehouse import Warehouse
 
@@ -75,7 +75,7 @@ def test_ingest_refuses_a_hostile_source_name_before_reading(tmp_path, source):
     trace = tmp_path / "t.jsonl"
     trace.write_text("{}\n")
     with pytest.raises(NameRefused, match="--source"):
-        ingest([trace], tmp_path / "wh", source=source)
+        ingest([trace], tmp_path / "wh", IngestOptions(source=source))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]  # no warehouse, nothing beside it
 
 
@@ -93,7 +93,7 @@ def test_model_and_skill_values_may_hold_anything_they_are_not_paths(tmp_path):
 def odd_root(tmp_path_factory) -> Path:
     """A warehouse whose own path has a quote, a space and non-ASCII: it is spliced (quoted) into DDL."""
     root = tmp_path_factory.mktemp("hostile") / "wh 'quoted' ü 倉庫"
-    generate(root, 120, runs=default_runs(2), seed=3, repeats=1, coding_episodes=0)
+    generate(root, 120, WarehouseSpec(runs=default_runs(2), seed=3, repeats=1, coding_episodes=0))
     return root
 
 
@@ -106,7 +106,7 @@ def test_values_are_bound_not_spliced(odd_root):
             summarize(con, value)
         assert run_query(con, "SELECT count(*) AS n FROM runs WHERE run_id = $r", {"r": value}).rows == [(0,)]
         with pytest.raises(GateError, match="not in the warehouse"):
-            gate(con, value, "synth-ckpt-a-skill", bootstrap=0)
+            gate(con, value, "synth-ckpt-a-skill", GateOptions(bootstrap=0))
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == runs
     assert not Path("/tmp/pwned.csv").exists()
     assert connect(odd_root).execute("SELECT count(*) FROM episodes").fetchone()[0] > 0

@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import shopsim_wh
+from shopsim_wh import docs
 
 PKG = Path(shopsim_wh.__file__).resolve().parent
 
@@ -131,8 +132,7 @@ def test_names_spelt_twice_to_avoid_a_cycle_agree():
 
 
 # Bottom to top. A module may import its own layer and the layers before it; `shopsim_wh` (the version) is core.
-LAYERS = ("core", "store", "engines", "sim", "rollout", "ingest", "analytics", "export", "report", "ops",
-          "demo", "cli", "docs", "testing")
+LAYERS = docs.LAYERS
 DEMO_USERS = ("cli", "docs", "testing")  # the product never imports the demo and benchmark generators
 
 

@@ -9,11 +9,11 @@ import pytest
 
 from shopsim_wh.demo import shopsimrl_v4 as synth_v4
 from shopsim_wh.engines.db import connect
-from shopsim_wh.ingest import ingest
+from shopsim_wh.ingest import IngestOptions, ingest
 
 
 def good(task_id: int) -> bytes:
-    return orjson.dumps(synth_v4.record(task_id, steps=2, obs_words=5, think_words=5))
+    return orjson.dumps(synth_v4.record(task_id, spec=synth_v4.RecordSpec(steps=2, obs_words=5, think_words=5)))
 
 
 def v4_with(bad: bytes) -> bytes:
@@ -65,7 +65,7 @@ def bad_run(tmp_path_factory):
     f = d / "traces.jsonl"
     f.write_bytes(b"".join(lines))
     (d / "empty.jsonl").write_bytes(b"")
-    s = ingest([f, d / "empty.jsonl"], d / "wh", max_field_bytes=4096)
+    s = ingest([f, d / "empty.jsonl"], d / "wh", IngestOptions(max_field_bytes=4096))
     return d, s, expected
 
 
@@ -116,7 +116,7 @@ def test_json_array_elements(tmp_path):
             + json.dumps(good_el | {"task_id": 6, "traj": "nope"}) + "]")
     f = tmp_path / "tau.json"
     f.write_text(text)
-    ingest([f], tmp_path / "wh", format="openai-messages")
+    ingest([f], tmp_path / "wh", IngestOptions(format="openai-messages"))
     con = connect(tmp_path / "wh")
     errs = con.execute("select line, error_class from ingest_errors order by line").fetchall()
     assert errs == [(1, "duplicate_key"), (3, "non_finite_number"), (4, "wrong_type")]
@@ -129,7 +129,7 @@ def test_claude_code_bad_lines(tmp_path):
     ok = {"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": "s", "message": {"role": "user", "content": "hi"}}
     f.write_bytes(json.dumps(ok).encode() + b"\n" + b'{"type": "user", "a": 1, "a": 2}\n' + b"[1, 2]\n"
                   + b'{"type": "assistant", "uuid": "x"')
-    ingest([f], tmp_path / "wh", format="claude-code")
+    ingest([f], tmp_path / "wh", IngestOptions(format="claude-code"))
     con = connect(tmp_path / "wh")
     assert con.execute("select line, error_class from ingest_errors order by line").fetchall() == [
         (2, "duplicate_key"), (3, "wrong_type"), (4, "torn_line")]

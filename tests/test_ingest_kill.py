@@ -20,11 +20,11 @@ from shopsim_wh.store.warehouse import Warehouse
 N_PER_FILE = 600
 CHILD = """
 import sys
-from shopsim_wh.ingest import ingest, v4
+from shopsim_wh.ingest import IngestOptions, ingest, v4
 parallel = sys.argv[1] == "parallel"
 if parallel:  # every file through the worker processes, which stage Parquet themselves
     v4.PIPELINE_MIN_BYTES = 0
-ingest(sys.argv[3:], sys.argv[2], flush_every=50, **({"flush_bytes": 256 * 1024} if parallel else {}))
+ingest(sys.argv[3:], sys.argv[2], IngestOptions(flush_every=50, **({"flush_bytes": 256 * 1024} if parallel else {})))
 """
 
 

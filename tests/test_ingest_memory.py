@@ -14,13 +14,13 @@ import pytest
 
 from shopsim_wh.demo import shopsimrl_v4 as synth_v4
 from shopsim_wh.engines.db import connect
-from shopsim_wh.ingest import _episode_index, ingest
+from shopsim_wh.ingest import IngestOptions, _episode_index, ingest
 from shopsim_wh.ingest._episode_index import EpisodeIndex
 from shopsim_wh.store.warehouse import Warehouse
 
 
 def rec(task_id, **kw):
-    return synth_v4.record(task_id, steps=kw.pop("steps", 1), obs_words=4, think_words=4, **kw)
+    return synth_v4.record(task_id, spec=synth_v4.RecordSpec(steps=kw.pop("steps", 1), obs_words=4, think_words=4, **kw))
 
 
 def chunks_of(lines_per_chunk: list[list[str]]):
@@ -89,7 +89,7 @@ def test_parent_heap_is_flat_across_chunks(tmp_path, monkeypatch):
     heap = []
     tracemalloc.start()
     try:
-        s = ingest([f], tmp_path / "wh", flush_bytes=size // 32, progress=lambda done, total: heap.append(
+        s = ingest([f], tmp_path / "wh", IngestOptions(flush_bytes=size // 32), progress=lambda done, total: heap.append(
             tracemalloc.get_traced_memory()[0]))
     finally:
         tracemalloc.stop()
@@ -132,7 +132,7 @@ def test_serial_path_heap_is_flat_across_chunks(tmp_path, monkeypatch):
     monkeypatch.setattr(v4, "_end_chunk", measured)
     tracemalloc.start()
     try:
-        s = ingest([f], tmp_path / "wh", flush_every=per)
+        s = ingest([f], tmp_path / "wh", IngestOptions(flush_every=per))
     finally:
         tracemalloc.stop()
     assert s.files[0].status == "landed" and s.files[0].episodes == n

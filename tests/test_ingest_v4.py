@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from shopsim_wh.demo import shopsimrl_v4 as synth_v4
 from shopsim_wh.engines.db import connect
-from shopsim_wh.ingest import dump_episode, ingest
+from shopsim_wh.ingest import IngestOptions, dump_episode, ingest
 from shopsim_wh.ingest.dump import dump_run
 from shopsim_wh.ingest.dump_v4 import is_complete, summarize
 
@@ -24,8 +24,9 @@ TABLES = ("runs", "episodes", "agents", "steps", "actions", "observations", "mes
           "failures", "ingest_errors", "import_fidelity")
 
 
-def rec(task_id, **kw):
-    return synth_v4.record(task_id, steps=kw.pop("steps", 6), obs_words=8, think_words=6, **kw)
+def rec(task_id, sample_id=0, **kw):
+    return synth_v4.record(task_id, sample_id, synth_v4.RecordSpec(steps=kw.pop("steps", 6), obs_words=8, think_words=6,
+                                                                   **kw))
 
 
 def write(path, records, tail=b""):
@@ -218,8 +219,8 @@ def test_dump_satisfies_the_store_resume_rules(run):
 
 
 def test_many_experiments_in_one_runs_tree(tmp_path):
-    synth_v4.run_dir(tmp_path / "runs", "bare", skills=False, n_tasks=4)
-    synth_v4.run_dir(tmp_path / "runs", "equipped", skills=True, n_tasks=4)
+    synth_v4.run_dir(tmp_path / "runs", "bare", synth_v4.RunDirSpec(skills=False, n_tasks=4))
+    synth_v4.run_dir(tmp_path / "runs", "equipped", synth_v4.RunDirSpec(skills=True, n_tasks=4))
     (tmp_path / "runs" / "notes.txt").write_text("not a trace")
     s = ingest([tmp_path / "runs"], tmp_path / "wh")
     assert sorted(f.status for f in s.files) == ["landed", "landed"]
@@ -354,10 +355,10 @@ def test_parallel_chunks_give_the_same_rows(tmp_path, monkeypatch):
     (tmp_path / "traces.jsonl").write_bytes(b"\n".join(lines) + b"\n" + synth_v4.line(rec(9))[:-5])
     f = tmp_path / "traces.jsonl"
     # ~one record per chunk: retries, errors and provenance changes cross chunk boundaries
-    s1 = ingest([f], tmp_path / "a", parallel=True, flush_bytes=len(lines[0]) // 2)
-    s2 = ingest([f], tmp_path / "b", parallel=False)
+    s1 = ingest([f], tmp_path / "a", IngestOptions(parallel=True, flush_bytes=len(lines[0]) // 2))
+    s2 = ingest([f], tmp_path / "b", IngestOptions(parallel=False))
     # the serial path in chunks too (its episodes past the first chunk in the index, as the parallel path's)
-    s3 = ingest([f], tmp_path / "c", parallel=False, flush_bytes=len(lines[0]) // 2)
+    s3 = ingest([f], tmp_path / "c", IngestOptions(parallel=False, flush_bytes=len(lines[0]) // 2))
     assert (s1.files[0].episodes, s1.files[0].attempts, s1.files[0].rejected) == (
         s2.files[0].episodes, s2.files[0].attempts, s2.files[0].rejected) == (
         s3.files[0].episodes, s3.files[0].attempts, s3.files[0].rejected) == (6, 7, 3)  # rec(2)'s 2nd completed: refused
@@ -389,14 +390,14 @@ def test_parallel_workers_stage_parquet_and_leave_nothing_behind(tmp_path, monke
     f = write(tmp_path / "traces.jsonl", records)
     n_steps = sum(len(r["steps"]) for r in records)
     size = f.stat().st_size
-    s1 = ingest([f], tmp_path / "wh", flush_bytes=size // 4)
+    s1 = ingest([f], tmp_path / "wh", IngestOptions(flush_bytes=size // 4))
     wh = Warehouse(tmp_path / "wh")
     assert s1.files[0].status == "landed" and not list(wh.staging_dir.iterdir())
     steps = wh.snapshot().files("steps")
     assert len(steps) >= 3 and sum(e.rows for e in steps) == n_steps  # one file per chunk, written by workers
     prov = json.loads(connect(tmp_path / "wh").execute("select provenance from runs").fetchone()[0])
     assert "parallel_fallback" not in prov  # the workers really ran (a failing worker falls back silently)
-    s2 = ingest([f], tmp_path / "wh", flush_bytes=size // 4)
+    s2 = ingest([f], tmp_path / "wh", IngestOptions(flush_bytes=size // 4))
     assert s2.files[0].status == "skipped_same_hash"
     assert not list(wh.staging_dir.iterdir())
     assert connect(tmp_path / "wh").execute("select count(*) from steps").fetchone()[0] == n_steps
@@ -429,7 +430,7 @@ def test_progress_and_format_names(tmp_path):
     assert all(a <= b for (a, _), (b, _) in zip(seen, seen[1:], strict=False))
     assert formats() == ["agent-multi-turn", "atif", "claude-code", "openai-messages", "shopsimrl-v4"]
     with pytest.raises(IngestError, match="valid formats: auto, agent-multi-turn"):
-        ingest([f], tmp_path / "wh", format="shopsim-v4")
+        ingest([f], tmp_path / "wh", IngestOptions(format="shopsim-v4"))
 
 
 @settings(max_examples=300, deadline=None)
@@ -452,7 +453,7 @@ def test_streamed_and_in_memory_line_splitting_agree(data, block):
 def test_cli_ingest_and_dump_a_run_directory(tmp_path):
     import subprocess
     import sys
-    d = synth_v4.run_dir(tmp_path / "runs", "cli-run", n_tasks=3)
+    d = synth_v4.run_dir(tmp_path / "runs", "cli-run", synth_v4.RunDirSpec(n_tasks=3))
     cli = [sys.executable, "-m", "shopsim_wh.cli.main"]
     wh = str(tmp_path / "wh")
     p = subprocess.run([*cli, "ingest", str(tmp_path / "runs"), "-w", wh], capture_output=True, text=True, timeout=120)
@@ -499,7 +500,7 @@ def test_runner_episodes_dump_as_v4(tmp_path):
 
 
 def test_broken_sidecar_is_noted_and_the_run_still_lands(tmp_path):
-    d = synth_v4.run_dir(tmp_path / "runs", "broken-manifest", n_tasks=2)
+    d = synth_v4.run_dir(tmp_path / "runs", "broken-manifest", synth_v4.RunDirSpec(n_tasks=2))
     (d / "manifest.json").write_text('{"schema_version": "shopsimrl-run-manifest-v1", "plan": ')
     s = ingest([tmp_path / "runs"], tmp_path / "wh")
     assert [(f.status, f.episodes, f.rejected) for f in s.files] == [("landed", 2, 0)]
@@ -510,7 +511,7 @@ def test_broken_sidecar_is_noted_and_the_run_still_lands(tmp_path):
 
 
 def test_sidecars_given_as_files(tmp_path):
-    d = synth_v4.run_dir(tmp_path / "runs", "r", n_tasks=2)
+    d = synth_v4.run_dir(tmp_path / "runs", "r", synth_v4.RunDirSpec(n_tasks=2))
     s = ingest([d / "manifest.json"], tmp_path / "wh")
     assert [(f.status, "traces.jsonl beside it" in f.message) for f in s.files] == [("unrecognised", True)]
     s = ingest([d / "traces.jsonl", d / "manifest.json", d / "summary.json"], tmp_path / "wh")

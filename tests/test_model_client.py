@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from shopsim_wh.core.errors import ModelHTTPError, ModelUnavailable
-from shopsim_wh.rollout.model import ChatModel
+from shopsim_wh.rollout.model import ChatModel, ChatOptions
 
 from .conftest import read_body, serve_asgi
 
@@ -44,7 +44,8 @@ CLICK = {"type": "function", "function": {"name": "click", "parameters": {"type"
 def _call(url: str, tools=(CLICK,), **kw):
     async def go():
         async with httpx.AsyncClient(base_url=url + "/v1", headers={"Authorization": "Bearer canary"}) as c:
-            m = ChatModel(c, "m", backoff_base_s=0.01, extra_body={"chat_template_kwargs": {"enable_thinking": True}}, **kw)
+            opts = ChatOptions(backoff_base_s=0.01, extra_body={"chat_template_kwargs": {"enable_thinking": True}}, **kw)
+            m = ChatModel(c, "m", opts)
             return await m.generate([{"role": "user", "content": "hi"}], list(tools), seed=5)
     return asyncio.run(go())
 

@@ -18,7 +18,7 @@ from shopsim_wh.core.config import load_config
 from shopsim_wh.engines import db
 from shopsim_wh.engines.db import connect
 from shopsim_wh.ingest import ingest
-from shopsim_wh.report import ReportError, build, write_report
+from shopsim_wh.report import ReportError, ReportOptions, build, write_report
 from shopsim_wh.rollout.runner import run
 
 from .browser import Browser, chromium_binary
@@ -89,9 +89,9 @@ def test_cli_summary_lists_every_section_and_chart(page, con):
                                   "coding": [r for r in summary["runs"] if r.startswith("claude-code.")],
                                   "other": [r for r in summary["runs"] if r.startswith(("atif.", "openai-messages."))]}
     assert len(summary["domains"]["coding"]) == 2 and len(summary["domains"]["other"]) == 2
-    from shopsim_wh.analytics.gate import gate
+    from shopsim_wh.analytics.gate import GateOptions, gate
 
-    direct = gate(con, "demo", "demo-skill", bootstrap=200)
+    direct = gate(con, "demo", "demo-skill", GateOptions(bootstrap=200))
     assert summary["gate"]["decision"] == direct.decision and summary["gate"]["n_pairs"] == direct.n_pairs == 16
     assert summary["gate"]["coefficients"] == [pytest.approx(c.to_dict()) for c in direct.coefficients]
 
@@ -172,7 +172,7 @@ def test_group_by_checkpoint_pools_every_chart(wh):
     """--group-by checkpoint: the demo runs share checkpoint scripted-strong@v1, so each shop chart has one series,
     its figures those of the two runs' episodes together; runs without a checkpoint stay on their own."""
     con = connect(wh)  # its own: prices stay on the connection they were set on
-    rep = build(con, group_by="checkpoint", prices=PRICE)
+    rep = build(con, ReportOptions(group_by="checkpoint", prices=PRICE))
     specs = {c.key: c for c in rep.charts}
     (ckpt,) = {r["grp"] for c in specs.values() if c.key.startswith("shop_") for r in c.rows if "grp" in r}
     n, reward, loose = con.execute("SELECT count(*), avg(reward), avg(r_loose) FROM episodes "
@@ -188,20 +188,20 @@ def test_group_by_checkpoint_pools_every_chart(wh):
     assert rep.summary()["group_by"] == "checkpoint"
     assert specs["shop_cost"].rows[0]["episodes"] == n
     with pytest.raises(ReportError, match="--group-by takes run or checkpoint"):
-        build(con, group_by="model")
+        build(con, ReportOptions(group_by="model"))
     con.close()
 
 
 def test_selection_by_experiment_and_errors(wh, con, tmp_path):
-    rep = build(con, experiment="demo-skill")
+    rep = build(con, ReportOptions(experiment="demo-skill"))
     assert rep.run_ids == ["demo-skill"]
     assert [s.key for s in rep.sections] == ["shop"]
     assert [p.key for p in rep.sections[0].parts] == ["shop-runs", "shop-outcomes", "shop-failures", "shop-effort",
                                                       "shop-pass_at_k"]
     with pytest.raises(ReportError, match="known experiments: atif, claude-code, demo, demo-skill, openai-messages"):
-        build(con, experiment="dmeo")
+        build(con, ReportOptions(experiment="dmeo"))
     with pytest.raises(ReportError, match="unknown run id.*nope.*known: demo"):
-        build(con, runs=["demo", "nope"])
+        build(con, ReportOptions(runs=["demo", "nope"]))
     # cost is left out, with the reason, for models without a price
     effort = next(p for p in rep.sections[0].parts if p.key == "shop-effort")
     assert "shop_cost" not in [c.key for c in effort.charts] and "No price for model(s) scripted-strong" in effort.notes[0]
@@ -233,8 +233,8 @@ def test_gate_section_lists_recorded_decisions_when_the_table_exists(page, wh, t
         AS t (run_id, gate_id, decided_at, rule, decision, bare_run, treatment_run, bare_checkpoint_id,
               treatment_checkpoint_id, n_pairs, coverage, covariate_names, selected, tool_version)""")
     out = tmp_path / "r.html"
-    summary = write_report(con, out, runs=["demo", "demo-skill"], gate=("demo", "demo-skill"), bootstrap=50,
-                           prices={"scripted-strong": (1.0, 2.0)})
+    summary = write_report(con, out, ReportOptions(runs=["demo", "demo-skill"], gate=("demo", "demo-skill"),
+                                                   bootstrap=50, prices={"scripted-strong": (1.0, 2.0)}))
     text = out.read_text()
     assert "Recorded gate decisions for this pair (2)" in text
     assert text.index(">g1<") < text.index(">g0<") and ">g2<" not in text
@@ -355,7 +355,7 @@ def test_exports_section_lists_the_manifests_of_these_runs(wh, con, tmp_path):
     mine = export("sft-trajectory", con, tmp_path / "exports" / "demo", runs=["demo"])
     others = [r for (r,) in con.execute("SELECT run_id FROM runs WHERE run_id NOT LIKE 'demo%'").fetchall()]
     export("sft-trajectory", con, tmp_path / "exports" / "cc", runs=others)
-    rep = build(con, runs=["demo", "demo-skill"], exports=[str(tmp_path / "exports")])
+    rep = build(con, ReportOptions(runs=["demo", "demo-skill"], exports=[str(tmp_path / "exports")]))
     sec = next(s for s in rep.sections if s.key == "exports")
     rows = sec.tables[0].rows
     manifest = json.loads(Path(mine.manifest).read_text())
@@ -364,7 +364,7 @@ def test_exports_section_lists_the_manifests_of_these_runs(wh, con, tmp_path):
     assert rows[0]["snapshot"] == manifest["warehouse"]["snapshot"] and rows[0]["included"] == "nothing private"
     assert rows[0]["clean for training"] is False  # the demo runs the val split
     out = tmp_path / "r.html"
-    write_report(con, out, runs=["demo"], exports=[str(tmp_path / "exports")])
+    write_report(con, out, ReportOptions(runs=["demo"], exports=[str(tmp_path / "exports")]))
     assert "Training-data exports" in out.read_text() and str(tmp_path / "exports" / "demo") in out.read_text()
     with pytest.raises(ShopsimError, match="no such file or directory"):
-        build(con, runs=["demo"], exports=[str(tmp_path / "nowhere")])
+        build(con, ReportOptions(runs=["demo"], exports=[str(tmp_path / "nowhere")]))

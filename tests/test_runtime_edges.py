@@ -13,7 +13,7 @@ from shopsim_wh.core.errors import ObservationVersionError
 from shopsim_wh.rollout import runner
 from shopsim_wh.rollout.environment import EnvServerError, ShopEnvAdapter
 from shopsim_wh.rollout.jobs import EpisodeJob
-from shopsim_wh.rollout.model import ChatModel
+from shopsim_wh.rollout.model import ChatModel, ChatOptions
 from shopsim_wh.rollout.prompts import PromptBuilder
 from shopsim_wh.rollout.runtime import AgentRuntime
 from shopsim_wh.sim.server import create_app
@@ -34,8 +34,8 @@ def _runtime(env_client, model_client, slow_ms: int = 0, max_steps: int = 30) ->
     from shopsim_wh.rollout.skills import NoSkills
 
     extra = {"scripted_policy": {"latency_ms": slow_ms}} if slow_ms else {}
-    return AgentRuntime(ChatModel(model_client, "scripted-strong", extra_body=extra), ShopEnvAdapter(env_client),
-                        PromptBuilder(), NoSkills(), max_steps=max_steps)
+    model = ChatModel(model_client, "scripted-strong", ChatOptions(extra_body=extra))
+    return AgentRuntime(model, ShopEnvAdapter(env_client), PromptBuilder(), NoSkills(), max_steps=max_steps)
 
 
 def _episode(app, job=EpisodeJob(TASK, 0, 1, "val"), **kw):

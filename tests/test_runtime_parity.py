@@ -16,7 +16,7 @@ import httpx
 
 from shopsim_wh.rollout.environment import ShopEnvAdapter
 from shopsim_wh.rollout.jobs import EpisodeJob
-from shopsim_wh.rollout.model import ChatModel
+from shopsim_wh.rollout.model import ChatModel, ChatOptions
 from shopsim_wh.rollout.prompts import DEFAULT_SYSTEM, SKILLS_NOTE, PromptBuilder
 from shopsim_wh.rollout.runtime import FEEDBACK_INSTRUCTION, AgentRuntime
 from shopsim_wh.rollout.skills import NoSkills, SkillBank
@@ -49,8 +49,9 @@ def _run(env_app, model_app, job, skills=None, max_steps=30):
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=env_app), base_url="http://env") as env_c, \
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=model_app), base_url="http://model/v1") as model_c:
-            model = ChatModel(model_c, "scripted-strong", temperature=0.0, send_seed=True, max_tokens=4096,
-                              extra_body={"scripted_policy": {"failure_rates": dict.fromkeys(FAILURE_KINDS, 0.0)}})
+            model = ChatModel(model_c, "scripted-strong", ChatOptions(
+                temperature=0.0, send_seed=True, max_tokens=4096,
+                extra_body={"scripted_policy": {"failure_rates": dict.fromkeys(FAILURE_KINDS, 0.0)}}))
             rt = AgentRuntime(model, ShopEnvAdapter(env_c), PromptBuilder(), skills or NoSkills(), max_steps=max_steps)
             return await rt.run(job)
     return asyncio.run(go())

@@ -246,13 +246,13 @@ def test_compaction_on_s3_merges_sorted_files_in_the_declared_schema(s3):
 
 def test_ingest_into_s3_lands_like_local_and_skips_what_is_there(s3, tmp_path):
     from shopsim_wh.demo import shopsimrl_v4 as synth_v4
-    from shopsim_wh.ingest import ingest
+    from shopsim_wh.ingest import IngestOptions, ingest
 
-    src = synth_v4.run_dir(tmp_path / "src", n_tasks=4, steps=3)
+    src = synth_v4.run_dir(tmp_path / "src", spec=synth_v4.RunDirSpec(n_tasks=4, steps=3))
     url = _url()
-    first = ingest([src], url, parallel=False)
-    again = ingest([src], url, parallel=False)
-    local = ingest([src], tmp_path / "local", parallel=False)
+    first = ingest([src], url, IngestOptions(parallel=False))
+    again = ingest([src], url, IngestOptions(parallel=False))
+    local = ingest([src], tmp_path / "local", IngestOptions(parallel=False))
     landed = [f for f in first.files if f.status == "landed"]
     assert landed and [f.episodes for f in landed] == [f.episodes for f in local.files if f.status == "landed"]
     assert [f.status for f in again.files if f.format] == ["skipped_same_hash"]

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shopsim_wh.analytics.gate import gate
+from shopsim_wh.analytics.gate import GateOptions, gate
 from shopsim_wh.analytics.summary import QueryResult, render
 from shopsim_wh.core.errors import QueryRefused
-from shopsim_wh.demo.shop import default_runs, generate
+from shopsim_wh.demo.shop import WarehouseSpec, default_runs, generate
 from shopsim_wh.engines import sandbox
 from shopsim_wh.engines.db import view_names
 from shopsim_wh.testing import hostile_sql
@@ -32,7 +32,7 @@ BARE, SKILL = "synth-ckpt-a-bare", "synth-ckpt-a-skill"
 def root(tmp_path_factory) -> Path:
     """Bare and skill runs of one checkpoint plus coding sessions: every view has rows to read."""
     path = tmp_path_factory.mktemp("sandbox") / "wh"
-    generate(path, 240, runs=default_runs(2), seed=5, repeats=1, coding_episodes=2)
+    generate(path, 240, WarehouseSpec(runs=default_runs(2), seed=5, repeats=1, coding_episodes=2))
     return path
 
 
@@ -168,13 +168,13 @@ def test_an_accepted_expression_cannot_escape_its_place(expr):
 def test_gate_covariates_run_in_the_sandbox(root, con, outside):
     # a warehouse path opens the sandbox itself: a covariate cannot read outside it
     with pytest.raises(Exception, match="disabled by configuration"):
-        gate(root, BARE, SKILL, covariates={
-            "c": f"(SELECT count(*) FROM read_text('{outside}/secret.txt'))", "one": "1"}, bootstrap=0)
-    base = gate(con, BARE, SKILL, covariates={"mod": "p.task_id % 2", "one": "1"}, bootstrap=0)
+        gate(root, BARE, SKILL, GateOptions(covariates={
+            "c": f"(SELECT count(*) FROM read_text('{outside}/secret.txt'))", "one": "1"}, bootstrap=0))
+    base = gate(con, BARE, SKILL, GateOptions(covariates={"mod": "p.task_id % 2", "one": "1"}, bootstrap=0))
     assert base.n_pairs > 0
     for bad in ("1) AS x0, (1", "1 -- ", "1; copy (select 1) to 'x.csv'", "p.task_id % 2) AS x0 FROM episodes --"):
         with pytest.raises(QueryRefused, match="covariate 'c'"):
-            gate(con, BARE, SKILL, covariates={"c": bad, "one": "1"}, bootstrap=0)
+            gate(con, BARE, SKILL, GateOptions(covariates={"c": bad, "one": "1"}, bootstrap=0))
 
 
 # --------------------------------------------------------------------------------------------- the CLI

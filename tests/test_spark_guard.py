@@ -18,10 +18,10 @@ VIEWS = ("episodes", "runs", "steps", "run_metrics")
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    from shopsim_wh.demo.shop import default_runs, generate
+    from shopsim_wh.demo.shop import WarehouseSpec, default_runs, generate
 
     path = tmp_path_factory.mktemp("guard") / "wh"
-    generate(path, 40, runs=default_runs(2), seed=5, repeats=1, coding_episodes=0)
+    generate(path, 40, WarehouseSpec(runs=default_runs(2), seed=5, repeats=1, coding_episodes=0))
     return path
 
 

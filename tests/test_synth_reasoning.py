@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from shopsim_wh.cli.main import app
-from shopsim_wh.demo.reasoning import judge, synthesize
+from shopsim_wh.demo.reasoning import SynthOptions, judge, synthesize
 from shopsim_wh.engines.db import connect, install_exports
 from shopsim_wh.export import export
 from shopsim_wh.sim.server import create_app
@@ -38,7 +38,7 @@ def synth(tmp_path_factory):
     tap = Tap(create_app())
     with serve_asgi(tap) as url:
         cfg = teacher_yaml(tmp / "teacher.yaml", f"{url}/v1")
-        first = synthesize(root, cfg, runs=list(RUNS))
+        first = synthesize(root, cfg, SynthOptions(runs=list(RUNS)))
         n_first = len(tap.on("/v1/chat/completions"))
         again = CliRunner().invoke(app, ["synth-reasoning", "--teacher", str(cfg), "-w", str(root),
                                          "--runs", RUNS[0], "--runs", RUNS[1], "--format", "json"])

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import random
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from statistics import fmean
 
@@ -234,14 +235,30 @@ def _absolute(con, run: str) -> dict:
                         "success_rate": r["r_success_mean"]}}
 
 
-def compare(con_or_warehouse, bare: str, equipped: str, samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED,
-            confidence_level: float = 0.95, summation: str = "neumaier", assume_aligned: bool = False) -> dict:
-    """Equipped minus bare over the paired jobs, in the shape of ShopSimRL's comparison.json.
+@dataclass(frozen=True)
+class CompareOptions:
+    """How :func:`compare` bootstraps and pairs: resamples, seed, confidence level, summation, alignment.
 
     ``summation``: how a resample's differences are added, ``sequential`` (CPython <= 3.11 ``sum``, which the
     published ShopSimRL comparisons match) or ``neumaier`` (CPython >= 3.12). ``assume_aligned``: compare without
     checking the runs' identities (``alignment.plan.status`` is then ``assumed``).
     """
+
+    samples: int = DEFAULT_SAMPLES  # bootstrap resamples
+    seed: int = DEFAULT_SEED  # hashed with each metric's name (metric_seed)
+    confidence_level: float = 0.95
+    summation: str = "neumaier"  # one of SUMMATIONS
+    assume_aligned: bool = False
+
+
+def compare(con_or_warehouse, bare: str, equipped: str, options: CompareOptions | None = None) -> dict:
+    """Equipped minus bare over the paired jobs, in the shape of ShopSimRL's comparison.json.
+
+    ``options``: the bootstrap's resamples, seed, confidence level and summation, and whether to assume the
+    runs aligned (:class:`CompareOptions`; default: its defaults).
+    """
+    o = options or CompareOptions()
+    samples, seed, confidence_level, summation = o.samples, o.seed, o.confidence_level, o.summation
     if samples < 1:
         raise ComparisonError(f"samples must be positive, not {samples}")
     if not 0.0 < confidence_level < 1.0:
@@ -253,7 +270,7 @@ def compare(con_or_warehouse, bare: str, equipped: str, samples: int = DEFAULT_S
 
     con = as_connection(con_or_warehouse)
     bare, equipped = resolve_run(con, bare), resolve_run(con, equipped)  # run ids, or experiments of one run
-    keys, b, e, frozen, aligned = _align(con, bare, equipped, assume_aligned)
+    keys, b, e, frozen, aligned = _align(con, bare, equipped, o.assume_aligned)
     bm = {k: job_metrics(b[k]) for k in keys}
     em = {k: job_metrics(e[k]) for k in keys}
     names = sorted(set.intersection(*(set(bm[k]) & set(em[k]) for k in keys)))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .gate import GateDataError, GateError, alignment, bare_score
@@ -137,15 +138,32 @@ class ContributionResult:
         return "\n".join(lines)
 
 
-def contributions(con_or_warehouse, bare_run: str, treatment_run: str, budget: int = 10,
-                  columns: list[str] | None = None, allow_missing_checkpoint: bool = False,
-                  summation: str = "neumaier", assume_aligned: bool = False) -> ContributionResult:
-    """Fit every metric's coefficients and apply the strictly-positive-top-k rule.
+@dataclass(frozen=True)
+class ContributionOptions:
+    """How :func:`contributions` fits and selects: the top-k budget, mask columns, summation, pairing checks.
 
     ``columns``: the mask columns in order (default: every skill the paired treatment episodes selected, sorted
     by id); the order only moves the last bits of the solve, pass ShopSimRL's column order to match its digits.
-    ``summation``: how the outcome means add up (see :func:`_mean`).
+    ``summation``: how the outcome means add up (see :func:`_mean`). ``allow_missing_checkpoint``: pair runs
+    without ``model.checkpoint_id``; ``assume_aligned``: pair them without checking their identities.
     """
+
+    budget: int = 10  # most skills kept (ShopSimRL's active_skill_budget)
+    columns: Sequence[str] | None = None
+    allow_missing_checkpoint: bool = False
+    summation: str = "neumaier"  # one of SUMMATIONS
+    assume_aligned: bool = False
+
+
+def contributions(con_or_warehouse, bare_run: str, treatment_run: str,
+                  options: ContributionOptions | None = None) -> ContributionResult:
+    """Fit every metric's coefficients and apply the strictly-positive-top-k rule.
+
+    ``options``: the budget, mask columns, summation and pairing checks (:class:`ContributionOptions`;
+    default: its defaults).
+    """
+    o = options or ContributionOptions()
+    budget, columns, summation = o.budget, o.columns, o.summation
     if budget < 1:
         raise GateError(f"budget must be positive, not {budget}")
     if summation not in SUMMATIONS:
@@ -153,7 +171,7 @@ def contributions(con_or_warehouse, bare_run: str, treatment_run: str, budget: i
     from ..engines.db import as_connection
 
     con = as_connection(con_or_warehouse)
-    _, treat, aligned = alignment(con, bare_run, treatment_run, allow_missing_checkpoint, assume_aligned)
+    _, treat, aligned = alignment(con, bare_run, treatment_run, o.allow_missing_checkpoint, o.assume_aligned)
     cur = con.execute("SELECT * FROM paired_deltas(?, ?) ORDER BY task_id, sample_id", [bare_run, treatment_run])
     names = [d[0] for d in cur.description]
     pairs = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]

@@ -610,18 +610,35 @@ def _pair_sums(x: np.ndarray, y: np.ndarray, replicates: int, seed: int) -> tupl
     return xtx, sums[:, len(pairs):]
 
 
-def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, bootstrap: int = 1000,
-         alpha: float = 0.05, allow_missing_checkpoint: bool = False, seed: int = 0,
-         assume_aligned: bool = False) -> GateResult:
+@dataclass(frozen=True)
+class GateOptions:
+    """How :func:`gate` fits and pairs: covariates, bootstrap resamples and seed, alpha, pairing checks.
+
+    ``covariates``: None (an indicator per skill the treatment run selected), or a list of SQL expressions
+    over the columns of ``paired_deltas`` (``p.skills``, ``p.task_id``, ...) or ``"skill:<id>"`` items, or a
+    mapping name -> expression. ``allow_missing_checkpoint``: pair runs without ``model.checkpoint_id``.
+    ``assume_aligned``: pair the runs without checking their identities (recorded in the result).
+    """
+
+    covariates: Sequence[str] | Mapping[str, str] | None = None
+    bootstrap: int = 1000  # paired bootstrap resamples for the confidence intervals (0: none)
+    alpha: float = 0.05  # significance level, in (0, 1)
+    seed: int = 0  # bootstrap seed
+    allow_missing_checkpoint: bool = False
+    assume_aligned: bool = False
+
+
+def gate(con_or_warehouse, bare_run: str, treatment_run: str,
+         options: GateOptions | None = None) -> GateResult:
     """Fit the paired gate of ``treatment_run`` against the skill-free ``bare_run``.
 
     ``con_or_warehouse``: a connection from :func:`shopsim_wh.engines.db.connect` or a warehouse path (opened with
     :func:`shopsim_wh.engines.sandbox.connect`; pass such a connection too when the covariates are untrusted input).
-    ``covariates``: None (an indicator per skill the treatment run selected), or a list of SQL expressions over
-    the columns of ``paired_deltas`` (``p.skills``, ``p.task_id``, ...) or ``"skill:<id>"`` items, or a mapping
-    name -> expression. ``assume_aligned``: pair the runs without checking their identities (recorded in the
-    result). Raises :class:`GateRefused` / :class:`GateDataError` with the reason.
+    ``options``: the covariates, bootstrap, alpha, seed and pairing checks (:class:`GateOptions`; default: its
+    defaults). Raises :class:`GateRefused` / :class:`GateDataError` with the reason.
     """
+    o = options or GateOptions()
+    covariates, bootstrap, alpha, seed = o.covariates, o.bootstrap, o.alpha, o.seed
     if not 0 < alpha < 1:
         raise GateError(f"alpha must be in (0, 1), not {alpha}")
     if bootstrap < 0:
@@ -631,7 +648,8 @@ def gate(con_or_warehouse, bare_run: str, treatment_run: str, covariates=None, b
 
     # a path opens the read-only sandbox: the covariates are SQL from the command line
     con = as_connection(con_or_warehouse, sandbox_connect)
-    bare, treat, aligned = alignment(con, bare_run, treatment_run, allow_missing_checkpoint, assume_aligned)
+    bare, treat, aligned = alignment(con, bare_run, treatment_run, o.allow_missing_checkpoint,
+                                     o.assume_aligned)
     table = f"gate_pairs_{uuid.uuid4().hex[:12]}"
     cols = _pair_columns(con, bare_run, treatment_run, covariates)
     con.execute(f"CREATE TEMP TABLE {table} AS SELECT {cols} FROM paired_deltas(?, ?)", [bare_run, treatment_run])

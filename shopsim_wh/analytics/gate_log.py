@@ -46,12 +46,13 @@ def decide(con_or_warehouse, args: dict):
     """Run the decision an :func:`arguments` record describes; returns a GateResult or a ContributionResult."""
     kw = {k: v for k, v in args.items() if k not in ("rule", "bare_run", "treatment_run")}
     if args["rule"] == "strictly-positive-top-k":
-        from .contributions import contributions
+        from .contributions import ContributionOptions, contributions
 
-        return contributions(con_or_warehouse, args["bare_run"], args["treatment_run"], **kw)
-    from .gate import gate
+        return contributions(con_or_warehouse, args["bare_run"], args["treatment_run"],
+                             ContributionOptions(**kw))
+    from .gate import GateOptions, gate
 
-    return gate(con_or_warehouse, args["bare_run"], args["treatment_run"], **kw)
+    return gate(con_or_warehouse, args["bare_run"], args["treatment_run"], GateOptions(**kw))
 
 
 def coefficient_rows(result) -> list[dict]:

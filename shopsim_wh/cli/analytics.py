@@ -85,12 +85,13 @@ def compare(
     """Equipped minus bare per metric, with a task-level paired percentile bootstrap interval."""
     import json
 
+    from ..analytics.compare import CompareOptions, to_table
     from ..analytics.compare import compare as run_compare
-    from ..analytics.compare import to_table
     from ..store.warehouse import default_root
 
-    res = run_compare(default_root(warehouse), bare, equipped, samples=samples, seed=seed,
-                      confidence_level=confidence, summation=summation, assume_aligned=assume_aligned)
+    options = CompareOptions(samples=samples, seed=seed, confidence_level=confidence, summation=summation,
+                             assume_aligned=assume_aligned)
+    res = run_compare(default_root(warehouse), bare, equipped, options)
     typer.echo(json.dumps(res, indent=2, allow_nan=False) if fmt == "json" else to_table(res))
 
 

@@ -18,12 +18,12 @@ def demo_data(
 ) -> None:
     """Write the cookbook's synthetic runs (two checkpoints, bare / skill / placebo, a train-split teacher run and
     coding-agent sessions) into a warehouse; running it again replaces them."""
-    from ..demo.shop import demo_runs, generate
+    from ..demo.shop import WarehouseSpec, demo_runs, generate
     from ..store.warehouse import default_root
 
     check_output(fmt)
     root = default_root(warehouse)
-    info = generate(root, episodes, runs=demo_runs(), seed=seed, repeats=2, coding_episodes=6)
+    info = generate(root, episodes, WarehouseSpec(runs=demo_runs(), seed=seed, repeats=2, coding_episodes=6))
     run_ids = [r.run_id for r in info.runs] + ([info.coding_run] if info.coding_run else [])
     if fmt == "json":
         emit_json({"warehouse": str(root), "runs": run_ids, "episodes_per_run": info.episodes_per_run,

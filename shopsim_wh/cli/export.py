@@ -28,6 +28,7 @@ def export(
     include_persona: Annotated[bool, typer.Option("--include-persona", help="Include the user persona of system prompts (excluded by default).")] = False,
     gamma: Annotated[float, typer.Option(help="Discount for return-to-go (offline-rl).")] = 1.0,
     list_: Annotated[bool, typer.Option("--list", help="List the kinds with grain, columns and an example row, then exit.")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Print the export's plan (scope, filter, strategy and why, batches, shards) and write nothing.")] = False,
     summary_format: Annotated[str, typer.Option("--summary-format", help="How to print the result: text or json (one object on stdout).")] = "text",
     progress: Annotated[bool, typer.Option("--progress/--quiet", help="Show a progress bar on stderr (--quiet: print nothing but the summary).")] = True,
     engine: EngineOpt = "duckdb",
@@ -40,6 +41,24 @@ def export(
     if list_:
         _list(warehouse, summary_format)
         return
+    from ..export import ExportOptions
+    from ..store.warehouse import default_root
+
+    root = default_root(warehouse)
+    options = ExportOptions(runs=runs or None, experiment=experiment, where=where, format=fmt, shard_rows=shard_rows,
+                            window=window, max_tokens=max_tokens, allow_test=allow_test,
+                            include_reasoning=include_reasoning, include_persona=include_persona, gamma=gamma)
+    if explain:
+        if kind is None:
+            raise ShopsimError("pass a KIND to explain (e.g. `shopsim-wh export sft-action --explain`)")
+        if check_engine(engine) == "spark":
+            raise ShopsimError("--explain describes the default engine's plan; drop --engine spark")
+        from ..export import explain as explain_export
+
+        plan = explain_export(kind, root, options)
+        typer.echo(json.dumps(plan.explain(), sort_keys=True, default=str) if summary_format == "json"
+                   else plan.explain_text())
+        return
     if kind is None or out is None:
         raise ShopsimError("pass a KIND and --out DIR (e.g. `shopsim-wh export sft-action --out data/sft`); "
                            "`shopsim-wh export --list` shows the kinds")
@@ -47,15 +66,10 @@ def export(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from ..export import export as run_export
-    from ..store.warehouse import default_root
 
     if check_engine(engine) == "spark":
         from ..export.spark import export_spark as run_export
 
-    root = default_root(warehouse)
-    kwargs = dict(runs=runs or None, experiment=experiment, where=where, format=fmt, shard_rows=shard_rows,
-                  window=window, max_tokens=max_tokens, allow_test=allow_test, include_reasoning=include_reasoning,
-                  include_persona=include_persona, gamma=gamma)
     if progress:
         columns = (TextColumn(f"[bold]export {kind}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[rate]} rows/s"), TimeRemainingColumn())
@@ -66,9 +80,9 @@ def export(
                 elapsed = bar.tasks[0].elapsed or 0
                 bar.update(task, completed=done, total=total, rate=f"{done / elapsed:,.0f}" if elapsed else "-")
 
-            result = run_export(kind, root, out, progress=tick, **kwargs)
+            result = run_export(kind, root, out, options, progress=tick)
     else:
-        result = run_export(kind, root, out, **kwargs)
+        result = run_export(kind, root, out, options)
     if summary_format == "json":
         typer.echo(json.dumps(result.as_dict(), sort_keys=True))
         return

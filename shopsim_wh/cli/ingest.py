@@ -33,6 +33,7 @@ def ingest(
     Exits 0 when episodes landed or every input was already in the warehouse (the same bytes, or the same episode
     attempts such as a dump ingested back: a re-run adds nothing),
     2 when nothing landed and nothing was there already (no input held a trace: the message says what was read)."""
+    from ..ingest import IngestOptions
     from ..ingest import ingest as ingest_paths
     from ..ingest._io import expand_paths
     from ..ingest._io import max_record_bytes as resolve_max_record
@@ -40,12 +41,13 @@ def ingest(
 
     check_output(output)
     limit = resolve_max_record(max_record_bytes)  # a bad value: exit 2 before anything is read
+    options = IngestOptions(format=fmt, source=source, max_record_bytes=limit)
     root = default_root(warehouse)
     if not expand_paths(paths):  # directories holding no data file: say what is there, touch no warehouse
         _fail(output, _nothing_to_read(paths), {"units_read": 0, "episodes_landed": 0, "files": [],
                                                 "warehouse": str(root)})
     if quiet or output == "json":
-        summary = ingest_paths(paths, root, format=fmt, source=source, max_record_bytes=limit)
+        summary = ingest_paths(paths, root, options)
     else:
         from rich.console import Console
         from rich.progress import (
@@ -64,7 +66,7 @@ def ingest(
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            summary = ingest_paths(paths, root, format=fmt, source=source, progress=progress, max_record_bytes=limit)
+            summary = ingest_paths(paths, root, options, progress=progress)
     d = summary.as_dict()
     from ..engines.catalog import refresh_existing
     from ..store.warehouse import Warehouse

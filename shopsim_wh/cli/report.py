@@ -71,16 +71,16 @@ def report(
 
     from ..core.errors import ShopsimError
     from ..engines.db import connect
-    from ..report import write_report
+    from ..report import ReportOptions, write_report
     from ..store.warehouse import Warehouse, default_root, location
 
     root = default_root(warehouse)
     if not Warehouse(root).exists():
         raise ShopsimError(f"no warehouse at {root}; pass --warehouse or run `shopsim-wh run configs/demo.yaml` first")
     run_ids = [r.strip() for item in runs or [] for r in item.split(",") if r.strip()] or None
-    options = {"runs": run_ids, "experiment": experiment, "gate": _parse_gate(gate), "prices": _parse_prices(price),
-               "bootstrap": bootstrap, "seed": seed, "warehouse": location(root), "exports": exports,
-               "group_by": group_by}
+    options = ReportOptions(runs=run_ids, experiment=experiment, gate=_parse_gate(gate),
+                            prices=_parse_prices(price), bootstrap=bootstrap, seed=seed, exports=exports,
+                            group_by=group_by)
     with Progress(TextColumn("[bold]report[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
                   disable=quiet, transient=True) as bar:
@@ -89,7 +89,7 @@ def report(
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=label)
 
-        summary = write_report(connect(root), out, progress=progress, **options)
+        summary = write_report(connect(root), out, options, warehouse=location(root), progress=progress)
     if fmt == "json":
         sys.stdout.write(json.dumps(summary, allow_nan=False, default=str) + "\n")
         return

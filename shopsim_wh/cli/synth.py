@@ -27,14 +27,14 @@ def synth_reasoning(
     stored as rejected with the reason. Export the accepted ones with `shopsim-wh export sft-reasoning`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from ..demo.reasoning import synthesize
+    from ..demo.reasoning import SynthOptions, synthesize
     from ..store.warehouse import default_root
 
     root = default_root(warehouse)
-    kw = dict(runs=runs or None, experiment=experiment, where=where, limit=limit, allow_test=allow_test,
-              concurrency=concurrency)
+    options = SynthOptions(runs=runs or None, experiment=experiment, where=where, limit=limit, allow_test=allow_test,
+                           concurrency=concurrency)
     if quiet or fmt == "json":
-        result = synthesize(root, teacher, **kw)
+        result = synthesize(root, teacher, options)
     else:
         cols = (TextColumn("[bold]synth-reasoning"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[rate]:.1f} req/s"), TimeRemainingColumn())
@@ -45,7 +45,7 @@ def synth_reasoning(
                 elapsed = bar.tasks[0].elapsed or 1e-9
                 bar.update(task, completed=done, total=total, rate=done / elapsed)
 
-            result = synthesize(root, teacher, progress=progress, **kw)
+            result = synthesize(root, teacher, options, progress=progress)
     d = result.as_json()
     if fmt == "json":
         typer.echo(json.dumps(d, sort_keys=True))

@@ -1,6 +1,6 @@
 """The modules' homes before the layer packages (0.1.0, issue 29): ``import shopsim_wh.warehouse`` still works,
 gives the very module ``shopsim_wh.store.warehouse`` (so a patch through either name reaches the same code) and
-warns with a DeprecationWarning naming the new path. The old paths go in 0.3.0; CHANGELOG.md lists them."""
+warns with a DeprecationWarning naming the new path. The old paths go in 0.4.0; CHANGELOG.md lists them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import importlib.util
 import sys
 import warnings
 
-REMOVED_IN = "0.3.0"
+REMOVED_IN = "0.4.0"
 MOVED = {f"shopsim_wh.{old}": f"shopsim_wh.{new}" for old, new in {
     "analytics.synth": "demo.shop",
     "analytics.synth_coding": "demo.coding",

@@ -186,14 +186,37 @@ def _row(req: dict, fp: str, identity: dict, out, verdict: tuple, load_id: str) 
             "created_at": datetime.now(UTC), "load_id": load_id}
 
 
-def synthesize(warehouse: str | os.PathLike, teacher: TeacherConfig | str | os.PathLike, *,
-               runs: list[str] | None = None, experiment: str | None = None, where: str | None = None,
-               limit: int | None = None, allow_test: bool = False, concurrency: int | None = None,
-               progress: Callable[[int, int], None] | None = None, transport=None) -> SynthResult:
+@dataclass(frozen=True)
+class SynthOptions:
+    """Which reasoning requests :func:`synthesize` sends, and how many at a time (``synth-reasoning``'s options)."""
+
+    runs: list[str] | None = None  # run ids to read (default every run)
+    experiment: str | None = None  # only the runs of this experiment
+    where: str | None = None  # over the kind's filter columns (default: status = 'completed' AND success)
+    limit: int | None = None  # send at most this many new requests
+    allow_test: bool = False  # allow runs holding test-split episodes
+    concurrency: int | None = None  # requests in flight (default: the teacher config's)
+
+
+@dataclass(frozen=True)
+class _Teacher:
+    """The teacher asked: its config, its fingerprint and identity (stored with each answer), the HTTP transport."""
+
+    cfg: TeacherConfig
+    fingerprint: str
+    identity: dict
+    transport: Any = None  # None: the network (or the embedded teacher)
+
+
+def synthesize(warehouse: str | os.PathLike, teacher: TeacherConfig | str | os.PathLike,
+               options: SynthOptions | None = None, *, progress: Callable[[int, int], None] | None = None,
+               transport=None) -> SynthResult:
     """Send the selected runs' reasoning requests to ``teacher`` and store the answers (see the module doc).
 
-    ``progress(done, total)`` is called after each answer; ``transport`` overrides the HTTP transport (tests).
+    ``options`` (default ``SynthOptions()``) select the requests; ``progress(done, total)`` is called after each
+    answer; ``transport`` overrides the HTTP transport (tests).
     """
+    opts = options or SynthOptions()
     from ..engines.db import connect, install_exports
     from ..export.scope import bind_params, select_runs
 
@@ -205,8 +228,8 @@ def synthesize(warehouse: str | os.PathLike, teacher: TeacherConfig | str | os.P
     try:
         install_exports(con)
         bind_params(con, {})  # the default flags: no persona, no recorded reasoning ever reaches a teacher
-        select_runs(con, runs, experiment, allow_test)
-        requests = select_requests(con, where)
+        select_runs(con, opts.runs, opts.experiment, opts.allow_test)
+        requests = select_requests(con, opts.where)
         done = {r[0] for r in con.execute(
             "SELECT DISTINCT request_hash FROM synthetic_reasoning WHERE teacher_fingerprint = ?", [fp]).fetchall()}
     finally:
@@ -214,21 +237,22 @@ def synthesize(warehouse: str | os.PathLike, teacher: TeacherConfig | str | os.P
     result.requests = len(requests)
     todo = [r for r in requests if r["request_hash"] not in done]
     result.already_answered = len(requests) - len(todo)
-    if limit is not None:
-        todo = todo[:limit]
+    if opts.limit is not None:
+        todo = todo[:opts.limit]
     if todo:
-        asyncio.run(_send_all(warehouse, cfg, todo, fp, identity, result, concurrency or cfg.concurrency, progress,
-                              transport))
+        asyncio.run(_send_all(warehouse, _Teacher(cfg, fp, identity, transport), todo, result,
+                              opts.concurrency or cfg.concurrency, progress))
     result.seconds = time.perf_counter() - t0
     return result
 
 
-async def _send_all(warehouse, cfg: TeacherConfig, todo: list[dict], fp: str, identity: dict, result: SynthResult,
-                    concurrency: int, progress, transport) -> None:
+async def _send_all(warehouse, teacher: _Teacher, todo: list[dict], result: SynthResult, concurrency: int,
+                    progress) -> None:
     from ..core.schema import to_arrow
-    from ..rollout.model import ChatModel
+    from ..rollout.model import ChatModel, ChatOptions
     from ..store.warehouse import Warehouse
 
+    cfg, fp, identity, transport = teacher.cfg, teacher.fingerprint, teacher.identity, teacher.transport
     t = cfg.teacher
     load_id = f"synth-reasoning.{datetime.now(UTC):%Y%m%dT%H%M%S}.{uuid.uuid4().hex[:6]}"
     started = datetime.now(UTC)
@@ -246,9 +270,9 @@ async def _send_all(warehouse, cfg: TeacherConfig, todo: list[dict], fp: str, id
         pending.clear()
 
     async with _client(cfg, transport) as client:
-        model = ChatModel(client, t.name, temperature=t.sampling.temperature, top_p=t.sampling.top_p,
-                          max_tokens=t.sampling.max_tokens, extra_body=t.extra_body, max_retries=t.max_retries,
-                          backoff_base_s=t.retry_backoff_s)
+        model = ChatModel(client, t.name, ChatOptions(
+            temperature=t.sampling.temperature, top_p=t.sampling.top_p, max_tokens=t.sampling.max_tokens,
+            extra_body=t.extra_body, max_retries=t.max_retries, backoff_base_s=t.retry_backoff_s))
 
         async def one(req: dict):
             async with sem:

@@ -1,6 +1,6 @@
 """Synthetic warehouses in the real schema and file layout, for tests and the benchmark.
 
-``generate(root, n_episodes)`` writes shop episodes the way the runner fills the tables
+``generate(root, n_episodes, WarehouseSpec(...))`` writes shop episodes the way the runner fills the tables
 (docs/conventions.md) plus a few coding-agent sessions with sub-agents (see :mod:`.synth_coding`),
 through ``Writer.commit`` in chunks and ``Writer.compact`` per run, so files are few, large and
 sorted by ``episode_id`` (row-group statistics prune single-episode lookups).
@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -101,6 +102,23 @@ TEACHER_RUN = RunSpec("synth-teacher-train", checkpoint_id="teacher-1", model_na
 def demo_runs() -> list[RunSpec]:
     """The runs docs/sql_cookbook.md names (`shopsim-wh demo-data` writes them, plus ``synth-coding``)."""
     return [*default_runs(4), TEACHER_RUN]
+
+
+@dataclass(frozen=True)
+class WarehouseSpec:
+    """The shape of a synthetic warehouse (:func:`generate`): its runs, their jobs, episode length and seed."""
+
+    runs: int | Sequence[RunSpec] = 4  # a number of :func:`default_runs`, or the runs themselves
+    steps: int = 15  # typical episode length (the action limit is 10 more)
+    seed: int = 0
+    repeats: int = 2  # samples per task
+    coding_episodes: int = 6  # coding-agent sessions in run ``synth-coding`` (0: none)
+    chunk_episodes: int = 25_000  # episodes per commit (memory is bounded by one chunk)
+    compact: bool = True  # compact each run after writing it
+
+    @property
+    def action_limit(self) -> int:
+        return self.steps + 10
 
 
 @dataclass
@@ -843,10 +861,22 @@ def _episode_tables(c: _C, spec: RunSpec, load_id: str) -> list[tuple[str, pa.Ta
     return out
 
 
-def _chunk_tables(spec: RunSpec, run_no: int, chunk_no: int, jobs: _JobList, sel: slice, steps: int,
-                  action_limit: int, seed: int, load_id: str, t0_us: int) -> list[tuple[str, pa.Table]]:
+@dataclass(frozen=True)
+class _RunWrite:
+    """One run as :func:`generate` writes it, chunk by chunk."""
+
+    spec: RunSpec
+    run_no: int
+    jobs: _JobList
+    load_id: str
+    t0_us: int  # the run's first episode start (microseconds since the epoch)
+
+
+def _chunk_tables(run: _RunWrite, shape: WarehouseSpec, chunk_no: int, sel: slice) -> list[tuple[str, pa.Table]]:
+    spec, run_no, jobs, load_id, t0_us = run.spec, run.run_no, run.jobs, run.load_id, run.t0_us
+    steps, action_limit = shape.steps, shape.action_limit
     c = _C()
-    c.rng = np.random.default_rng([seed, run_no, chunk_no, 17])
+    c.rng = np.random.default_rng([shape.seed, run_no, chunk_no, 17])
     _outcomes(c, spec, jobs, sel, steps, action_limit)
     c.user_instr = [jobs.instructions[i] for i in c.tix.tolist()]
     c.user_persona = [_PERSONAS[i % len(_PERSONAS)] for i in c.tix.tolist()]
@@ -864,29 +894,22 @@ def _skill_text(skill_id: str) -> str:
 # ---------------------------------------------------------------------------------------------- entry
 
 
-def generate(
-    root: str | os.PathLike,
-    n_episodes: int,
-    runs: int | list[RunSpec] = 4,
-    steps: int = 15,
-    seed: int = 0,
-    repeats: int = 2,
-    coding_episodes: int = 6,
-    chunk_episodes: int = 25_000,
-    compact: bool = True,
-) -> SynthInfo:
-    """Write ``n_episodes`` shop episodes split evenly over ``runs`` (plus ``coding_episodes`` coding sessions).
+def generate(root: str | os.PathLike, n_episodes: int, shape: WarehouseSpec | None = None) -> SynthInfo:
+    """Write ``n_episodes`` shop episodes split evenly over ``shape.runs`` (plus ``shape.coding_episodes`` coding
+    sessions); ``shape`` defaults to ``WarehouseSpec()``.
 
     Re-generating a run id replaces it. Returns what was written (run specs, tasks, repeats).
     """
     from .coding import coding_tables
 
+    shape = shape or WarehouseSpec()
+    runs, seed, repeats, chunk_episodes = shape.runs, shape.seed, shape.repeats, shape.chunk_episodes
     specs = default_runs(runs) if isinstance(runs, int) else list(runs)
     if not specs:
         raise ValueError("runs must name at least one run")
     per_run = max(1, n_episodes // len(specs))
     n_tasks = max(1, per_run // repeats)
-    action_limit = steps + 10
+    action_limit = shape.action_limit
     wh = Warehouse(root)
     job_lists: dict[str, _JobList] = {}
     t0 = datetime(2026, 1, 5, tzinfo=UTC)
@@ -899,21 +922,21 @@ def generate(
             load_id = f"load-{spec.run_id}"
             created = datetime.fromtimestamp(t0.timestamp() + 3600 * run_no, UTC)
             n = len(jobs.episode_ids)
+            run = _RunWrite(spec, run_no, jobs, load_id, t0_us + run_no * 3_600_000_000)
             for chunk_no, start in enumerate(range(0, n, chunk_episodes)):
-                tables = _chunk_tables(spec, run_no, chunk_no, jobs, slice(start, min(n, start + chunk_episodes)),
-                                       steps, action_limit, seed, load_id, t0_us + run_no * 3_600_000_000)
+                tables = _chunk_tables(run, shape, chunk_no, slice(start, min(n, start + chunk_episodes)))
                 if chunk_no == 0:
                     tables += [("runs", _runs_row(spec, jobs, action_limit, created, load_id)),
                                ("loads", _loads_row(load_id, created, n))]
                 w.commit([(name, spec.run_id, tbl) for name, tbl in tables],
                          replace_runs=[spec.run_id] if chunk_no == 0 else ())
                 del tables
-            if compact:
+            if shape.compact:
                 w.compact(spec.run_id)
         coding_run = None
-        if coding_episodes:
+        if shape.coding_episodes:
             coding_run = "synth-coding"
-            w.commit([(name, coding_run, tbl) for name, tbl in coding_tables(coding_episodes, seed, _table)],
+            w.commit([(name, coding_run, tbl) for name, tbl in coding_tables(shape.coding_episodes, seed, _table)],
                      replace_runs=[coding_run])
     effects = {sid: eff for bank in SKILL_BANKS.values() for sid, eff in bank}
     return SynthInfo(str(root), specs, coding_run, n_tasks, repeats, n_tasks * repeats, effects)

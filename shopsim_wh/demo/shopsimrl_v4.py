@@ -10,14 +10,16 @@ built from ``observation_state`` (v7), the model output (``tool_calls`` with cal
 raw_arguments), the action and the environment's whole answer (lease fields removed, the private ``goal``
 still in it, as the real runtime stores it). Observation text is Chinese like the real server's.
 
-``run_dir`` writes ``runs/<name>/{traces.jsonl, manifest.json, summary.json}`` with failed attempts
-followed by a successful retry, protocol-error steps, a generation-length failure, persona and skills.
+``record(task_id, sample_id, RecordSpec(...))`` is one record; ``run_dir(root, name, RunDirSpec(...))`` writes
+``runs/<name>/{traces.jsonl, manifest.json, summary.json}`` with failed attempts followed by a successful retry,
+protocol-error steps, a generation-length failure, persona and skills.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -139,16 +141,29 @@ def _detail(bought: bool, right: bool, rng: random.Random) -> dict:
             "price_upper": 90.0, "price_resolution": "within_budget", "reward_version": "shopsimulator-paper-reward-v2"}
 
 
-def _answer(state: dict, obs: str, action: str, valid: bool, reason: str, session: str, *, done=False, reward=0.0,
-            detail=None, purchase=None, goal=None, termination=None) -> dict:
-    out = {"done": done, "reward": reward, "observation": obs,
+@dataclass(frozen=True)
+class _Outcome:
+    """What an environment answer says of the episode: the step's reward and, once done, how it ended."""
+
+    reward: float | int | None = 0.0
+    done: bool = False
+    detail: dict | None = None  # reward_detail
+    purchase: dict | None = None
+    goal: dict | None = None  # the private goal, which the real server still sends
+    termination: str | None = None  # termination_reason
+
+
+def _answer(state: dict, obs: str, action: str, valid: bool, reason: str, session: str,
+            outcome: _Outcome = _Outcome()) -> dict:
+    o = outcome
+    out = {"done": o.done, "reward": o.reward, "observation": obs,
            "message": "Continue interaction" if valid else "Invalid action", "idx": session,
-           "reward_detail": detail or {}, "purchase": purchase or {}, "goal": goal or {}, "over": done,
+           "reward_detail": o.detail or {}, "purchase": o.purchase or {}, "goal": o.goal or {}, "over": o.done,
            "observation_state": state,
            "action_feedback": {"action": action, "valid": valid, "reason": reason,
                                "message": "已执行" if valid else "该动作在当前页面不可用"}}
-    if termination is not None:
-        out["termination_reason"] = termination
+    if o.termination is not None:
+        out["termination_reason"] = o.termination
     return out
 
 
@@ -201,16 +216,40 @@ def _ts(base: datetime, ms: float) -> str:
     return (base + timedelta(milliseconds=ms)).isoformat()
 
 
-def record(task_id: int, sample_id: int = 0, *, steps: int = 15, obs_words: int = 180, think_words: int = 120,
-           status: str = "completed", seed: int = 0, goal_in_reset: bool = False, kind: str = "runtime",
-           protocol_error_at: int | None = None, length_failure: bool = False, action_limit: bool = False,
-           persona: bool = True, skills: bool = True, fail_stage: str = "environment", split: str = "train",
-           group: int = 0) -> dict:
-    """One record. ``status="failed"`` stops part-way with an error (``fail_stage``: ``environment`` or
-    ``reset``); ``protocol_error_at`` makes that step (1-based) a protocol error; ``length_failure`` ends the
-    episode with a ``generation_length`` policy failure; ``action_limit`` runs out of steps (terminate);
-    ``kind="slime"`` writes the training variant; ``goal_in_reset`` puts a private goal into the reset answer
+@dataclass(frozen=True)
+class RecordSpec:
+    """What one synthetic record looks like: its size, its variant and how its episode goes (see :func:`record`).
+
+    ``status="failed"`` stops part-way with an error (``fail_stage``: ``environment`` or ``reset``);
+    ``protocol_error_at`` makes that step (1-based) a protocol error; ``length_failure`` ends the episode with a
+    ``generation_length`` policy failure; ``action_limit`` runs out of steps (terminate); ``kind="slime"`` writes
+    the training variant (``group``: its group number); ``goal_in_reset`` puts a private goal into the reset answer
     (what the runtime never does: the reader must drop it)."""
+
+    steps: int = 15
+    obs_words: int = 180
+    think_words: int = 120
+    status: str = "completed"
+    seed: int = 0
+    goal_in_reset: bool = False
+    kind: str = "runtime"
+    protocol_error_at: int | None = None
+    length_failure: bool = False
+    action_limit: bool = False
+    persona: bool = True
+    skills: bool = True
+    fail_stage: str = "environment"
+    split: str = "train"
+    group: int = 0
+
+
+def record(task_id: int, sample_id: int = 0, spec: RecordSpec | None = None) -> dict:
+    """One record of job (``task_id``, ``sample_id``), shaped by ``spec`` (default ``RecordSpec()``)."""
+    sp = spec or RecordSpec()
+    steps, obs_words, think_words, seed, split = sp.steps, sp.obs_words, sp.think_words, sp.seed, sp.split
+    status, fail_stage, protocol_error_at = sp.status, sp.fail_stage, sp.protocol_error_at
+    length_failure, action_limit, persona, skills = sp.length_failure, sp.action_limit, sp.persona, sp.skills
+    kind, group = sp.kind, sp.group
     rng = random.Random((task_id * 1_000_003 + sample_id * 7919 + seed) & 0xFFFFFFFF)
     slime = kind == "slime"
     job_seed = seed if slime else episode_seed(seed, task_id, sample_id)
@@ -227,7 +266,7 @@ def record(task_id: int, sample_id: int = 0, *, steps: int = 15, obs_words: int 
              "environment_version": ENV_VERSION, "observation_state": state}
     if persona:
         reset["user_persona"] = user_persona
-    if goal_in_reset:
+    if sp.goal_in_reset:
         reset["goal"] = {"asin": "B000SECRET", "attributes": ["secret"]}
         reset["private_task_instruction"] = "SECRET private instruction"
     sel = _skills() if skills else []
@@ -258,18 +297,18 @@ def record(task_id: int, sample_id: int = 0, *, steps: int = 15, obs_words: int 
         prompt_tokens += 350
         call_id = f"call_{task_id}_{sample_id}_{k}"
         if length_failure and k == min(n, 3) and status == "completed":
-            model = _model(slime, None, reasoning, [], "length", usage, k, rng,
-                           policy_failure={"code": "generation_length"})
+            model = _model(slime, _Reply(reasoning, [], "length", policy_failure={"code": "generation_length"}),
+                           usage, rng)
             out_steps.append({"step_index": k, "observation": observation, "tools": tools, "model": model,
                               "policy_failure": {"code": "generation_length"}, "action": None, "environment": None})
-            final = _answer(state, page_text, "terminate[generation_length]", True, "executed", session, done=True, reward=0.0,
-                            detail=_detail(False, False, rng), goal=goal, termination="generation_length")
+            final = _answer(state, page_text, "terminate[generation_length]", True, "executed", session, _Outcome(
+                0.0, done=True, detail=_detail(False, False, rng), goal=goal, termination="generation_length"))
             del final["action_feedback"]
             break
         if protocol_error_at == k:
             bad_calls = [_call(call_id + "a", "click", {"value": "buy now"}), _call(call_id + "b", "search", {"query": "衣服"})]
             pe = {"code": "tool_call_count", "message": "model must return exactly one tool call, got 2"}
-            model = _model(slime, None, reasoning, bad_calls, "tool_calls", usage, k, rng, protocol_error=pe)
+            model = _model(slime, _Reply(reasoning, bad_calls, "tool_calls", protocol_error=pe), usage, rng)
             fb = {"type": "tool_protocol_error", "code": pe["code"], "message": pe["message"],
                   "instruction": FEEDBACK_INSTRUCTION, "available_tools": [t["function"]["name"] for t in tools]}
             text = _dumps_py(fb, compact=not slime)
@@ -297,7 +336,7 @@ def record(task_id: int, sample_id: int = 0, *, steps: int = 15, obs_words: int 
             name, args = "click", {"value": "buy now"}
         call = _call(call_id, name, args)
         action = f"{name}[{args['query' if name == 'search' else 'value']}]"
-        model = _model(slime, None, reasoning, [call], "tool_calls", usage, k, rng)
+        model = _model(slime, _Reply(reasoning, [call], "tool_calls"), usage, rng)
         conv.append({"role": "assistant", "content": None, "tool_calls": [_wire(call)]})
         if status == "failed" and k == fail_at:
             error = {"stage": f"environment_step_{k}", "type": "ShopSimulatorError",
@@ -327,11 +366,11 @@ def record(task_id: int, sample_id: int = 0, *, steps: int = 15, obs_words: int 
         if done:
             right = asin == goal_asin
             detail = _detail(True, right, rng)
-            env = _answer(new_state, obs, action, True, reason, session, done=True, reward=detail["r_strict"],
-                          detail=detail, purchase={"asin": asin, "options": dict(selected), "price": 42.5},
-                          goal=goal, termination="purchase")
+            env = _answer(new_state, obs, action, True, reason, session, _Outcome(
+                detail["r_strict"], done=True, detail=detail,
+                purchase={"asin": asin, "options": dict(selected), "price": 42.5}, goal=goal, termination="purchase"))
         else:
-            env = _answer(new_state, obs, action, valid, reason, session, reward=reward)
+            env = _answer(new_state, obs, action, valid, reason, session, _Outcome(reward))
         conv.append({"role": "tool", "tool_call_id": call_id, "content": obs})
         out_steps.append({"step_index": k, "observation": observation, "tools": tools, "model": model,
                           "action": action, "environment": env})
@@ -340,8 +379,8 @@ def record(task_id: int, sample_id: int = 0, *, steps: int = 15, obs_words: int 
             break
         observation, state, page_text = obs, new_state, obs
     if status == "completed" and final is None:  # out of steps: the runtime terminates with action_limit
-        final = _answer(state, page_text, "terminate[action_limit]", True, "executed", session, done=True,
-                        reward=0.0, detail=_detail(False, False, rng), goal=goal, termination="action_limit")
+        final = _answer(state, page_text, "terminate[action_limit]", True, "executed", session, _Outcome(
+            0.0, done=True, detail=_detail(False, False, rng), goal=goal, termination="action_limit"))
         del final["action_feedback"]
     if reset_failed:
         error = {"stage": "reset", "type": "ShopSimulatorError",
@@ -370,7 +409,21 @@ def _wire(call: dict) -> dict:
     return {"id": call["call_id"], "type": "function", "function": {"name": call["name"], "arguments": call["raw_arguments"]}}
 
 
-def _model(slime: bool, content, reasoning, calls, finish, usage, k, rng, protocol_error=None, policy_failure=None):
+@dataclass(frozen=True)
+class _Reply:
+    """What the model answered on one step, before :func:`_model` puts it in the runtime's (or slime's) shape."""
+
+    reasoning: str
+    calls: list[dict]
+    finish: str  # finish_reason
+    content: str | None = None
+    protocol_error: dict | None = None
+    policy_failure: dict | None = None
+
+
+def _model(slime: bool, reply: _Reply, usage: dict, rng: random.Random) -> dict:
+    content, reasoning, calls, finish = reply.content, reply.reasoning, reply.calls, reply.finish
+    protocol_error, policy_failure = reply.protocol_error, reply.policy_failure
     if slime:
         out = {"content": content, "reasoning": reasoning, "tool_calls": calls, "finish_reason": finish,
                "raw_output": f"<think>{reasoning}</think>", "protocol_error": protocol_error}
@@ -395,15 +448,16 @@ def write_file(path, n_episodes: int, *, steps: int = 15, obs_words: int = 180, 
                retry_every: int = 0, task_base: int = 1000) -> int:
     """Write ``n_episodes`` records (plus a failed attempt before every ``retry_every``-th); returns bytes."""
     size = 0
+    base = RecordSpec(steps=steps, obs_words=obs_words, think_words=think_words)
     with open(path, "wb") as f:
         for t in range(n_episodes):
             tid = task_base + t
-            kw = {"steps": steps, "obs_words": obs_words, "think_words": think_words}
             if retry_every and t % retry_every == 0:
-                b = line(record(tid, status="failed", **kw))
+                b = line(record(tid, spec=replace(base, status="failed")))
                 f.write(b)
                 size += len(b)
-            b = line(record(tid, protocol_error_at=3 if t % 7 == 0 else None, length_failure=t % 11 == 5, **kw))
+            b = line(record(tid, spec=replace(base, protocol_error_at=3 if t % 7 == 0 else None,
+                                              length_failure=t % 11 == 5)))
             f.write(b)
             size += len(b)
     return size
@@ -425,33 +479,52 @@ def manifest(name: str, jobs: list[dict], prov: dict, *, created_at: str = "2026
             "plan_fingerprint": fingerprint(plan), "plan": plan}
 
 
-def run_dir(root, name: str = "val-qwen3-8b", *, n_tasks: int = 6, repeats: int = 1, steps: int = 8,
-            obs_words: int = 40, think_words: int = 30, skills: bool = True, seed: int = 20260501,
-            split: str = "val") -> Path:
-    """``root/<name>/{traces.jsonl, manifest.json, summary.json}``: one realistic run.
+@dataclass(frozen=True)
+class RunDirSpec:
+    """The shape of one synthetic run directory (:func:`run_dir`): its jobs and the size of its records."""
+
+    n_tasks: int = 6
+    repeats: int = 1  # samples per task
+    steps: int = 8
+    obs_words: int = 40
+    think_words: int = 30
+    skills: bool = True  # False: a bare run
+    seed: int = 20260501
+    split: str = "val"
+
+    def record_spec(self) -> RecordSpec:
+        """The :class:`RecordSpec` its records share (before their job mix)."""
+        return RecordSpec(steps=self.steps, obs_words=self.obs_words, think_words=self.think_words, seed=self.seed,
+                          skills=self.skills, split=self.split)
+
+
+def run_dir(root, name: str = "val-qwen3-8b", spec: RunDirSpec | None = None) -> Path:
+    """``root/<name>/{traces.jsonl, manifest.json, summary.json}``: one realistic run (``spec``: default
+    ``RunDirSpec()``).
 
     Job mix (by task position): a protocol-error step, a generation-length failure, an action-limit
     termination, two failed attempts followed by a successful retry, a reset failure followed by a retry,
     persona and skills on every episode (``skills=False``: a bare run)."""
     from ..ingest.dump_v4 import summarize  # our own summarize (shopsimrl-eval-summary-v2 semantics)
+    spec = spec or RunDirSpec()
+    n_tasks, repeats, skills, seed, split = spec.n_tasks, spec.repeats, spec.skills, spec.seed, spec.split
     d = Path(root) / name
     d.mkdir(parents=True, exist_ok=True)
     task_ids = [100 + 37 * i for i in range(n_tasks)]
     jobs = [{"task_id": t, "sample_id": s, "seed": episode_seed(seed, t, s), "split": split}
             for t in task_ids for s in range(repeats)]
     recs = []
-    kw = {"steps": steps, "obs_words": obs_words, "think_words": think_words, "seed": seed, "skills": skills,
-          "split": split}
+    base = spec.record_spec()
     for i, j in enumerate(jobs):
         t, s = j["task_id"], j["sample_id"]
         mode = i % 6
         if mode == 3:  # two failed attempts, then the retry that completes
-            recs.append(record(t, s, status="failed", **kw))
-            recs.append(record(t, s, status="failed", fail_stage="reset", **kw))
+            recs.append(record(t, s, replace(base, status="failed")))
+            recs.append(record(t, s, replace(base, status="failed", fail_stage="reset")))
         if mode == 5:
-            recs.append(record(t, s, status="failed", fail_stage="reset", **kw))
-        recs.append(record(t, s, protocol_error_at=2 if mode in (0, 3) else None, length_failure=mode == 1,
-                           action_limit=mode == 2, **kw))
+            recs.append(record(t, s, replace(base, status="failed", fail_stage="reset")))
+        recs.append(record(t, s, replace(base, protocol_error_at=2 if mode in (0, 3) else None,
+                                         length_failure=mode == 1, action_limit=mode == 2)))
     order = range(len(recs))  # a failed attempt is appended before its retry
     with open(d / "traces.jsonl", "wb") as f:
         for i in order:

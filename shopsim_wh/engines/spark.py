@@ -199,9 +199,20 @@ def variable_ddl() -> list[str]:
     return [f"DECLARE OR REPLACE VARIABLE {n} {t} DEFAULT NULL" for n, t in EXPORT_VARIABLES.items()]
 
 
+@dataclass(frozen=True)
+class ExportsLayer:
+    """How :func:`register` creates the exports layer: ``base=False`` creates only that layer (over the views created
+    before); ``scope`` (run ids) replaces the default ``export_scope``; ``variables`` sets the export parameters
+    (session variables) first. A view keeps the plan it was created with, so both must be in place before the layer
+    is."""
+
+    base: bool = True
+    scope: list[str] | None = None
+    variables: dict | None = None
+
+
 def register(spark, warehouse, exports: bool = True, snap=None, materialize: tuple[str, ...] | bool = (), *,
-             base: bool = True, scope: list[str] | None = None, variables: dict | None = None,
-             only=None) -> Registered:
+             only=None, layer: ExportsLayer | None = None) -> Registered:
     """Create the ``stg_`` views of the warehouse's current snapshot (or ``snap``) and every translated view in
     ``spark``; returns the views created and those skipped (with the reason).
 
@@ -210,10 +221,10 @@ def register(spark, warehouse, exports: bool = True, snap=None, materialize: tup
     (``localCheckpoint``) when created, as DuckDB's export computes its building blocks into TEMP tables; the
     views above them then analyse a leaf instead of the whole stack below (on a deep stack such as the exports'
     this is most of Spark's planning time); ``True`` materializes every view, in dependency order (each view
-    then runs over its dependencies' rows: what the parity tests do). ``base=False`` creates only the exports
-    layer (over views created before); ``scope`` (run ids) replaces the default ``export_scope`` and
-    ``variables`` sets the export parameters (session variables) first: a view keeps the plan it was created
-    with, so both must be in place before the exports layer is."""
+    then runs over its dependencies' rows: what the parity tests do). ``layer`` (:class:`ExportsLayer`): the
+    exports layer alone, its scope and its parameters."""
+    layer = layer if layer is not None else ExportsLayer()
+    base, scope = layer.base, layer.scope
     root = Path(warehouse)
     if not (root / "_catalog").is_dir():
         raise WarehouseError(f"no warehouse at {root}; point --warehouse at one built by `run` or `ingest`")
@@ -223,7 +234,7 @@ def register(spark, warehouse, exports: bool = True, snap=None, materialize: tup
     if exports:
         for stmt in variable_ddl():
             spark.sql(stmt)
-        for name, value in (variables or {}).items():
+        for name, value in (layer.variables or {}).items():
             spark.sql(f"SET VAR {name} = :value", args={"value": value}) if value is not None else \
                 spark.sql(f"SET VAR {name} = NULL")
     out = Registered()

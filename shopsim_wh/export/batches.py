@@ -507,7 +507,7 @@ def batch_reader(con, spec: Kind, query: str, fmt: str, params: dict, dump=None)
 
     privacy = {"reasoning": bool(params["export_include_reasoning"]), "persona": bool(params["export_include_persona"])}
     reader = (record_batches(con, query, spec.record, fmt, **privacy) if dump is None else
-              finish(con.sql(query).to_arrow_reader(SPILL_ROW_GROUP), spec.record, fmt, dump, every=True, **privacy))
+              finish(con.sql(query).to_arrow_reader(SPILL_ROW_GROUP), spec.record, fmt, dump, foreign=True, **privacy))
     keep = [n for n in reader.schema.names if n not in (SHARD, DUP)]
     schema = pa.schema([reader.schema.field(n) for n in keep])
 

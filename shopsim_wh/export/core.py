@@ -1,9 +1,10 @@
 """``export()``: one kind of training data out of the warehouse, as deterministic shards plus manifest.json.
 
-Steps: open the warehouse at its current snapshot, bind the parameters as DuckDB variables, fill
-``export_scope`` (refusing the test split without ``allow_test``), check ``where``, count the rows to size the
-shards, then stream ``SELECT ... ORDER BY shard, sample_id`` in record batches into the shard files (exact
-duplicates of the kind's sample columns dropped and counted), rename, and write the manifest last.
+Steps: open the warehouse at its current snapshot (:func:`_opened`), plan the export once (plan.build_plan: the
+parameters bound as DuckDB variables, ``export_scope`` filled, refusing the test split without ``allow_test``,
+``where`` checked, the batches planned, the strategy chosen), run the strategy's executor (:data:`EXECUTORS`:
+rows streamed in shard and ``sample_id`` order into the shard files, exact duplicates of the kind's sample columns
+dropped and counted), rename, and write the manifest last. :func:`explain` stops after the plan.
 """
 
 from __future__ import annotations
@@ -18,29 +19,35 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 
 from .. import __version__
 from ..engines.db import ident
 from . import batches, groups
-from .registry import ExportError, Kind, get_kind
-from .scope import bind_params, decontamination, pushdown, select_runs, where_clause
+from .plan import (  # noqa: F401  (DEFAULT_SHARD_ROWS, FORMATS, MATERIALIZED, blocks_of: their old home)
+    DEFAULT_SHARD_ROWS,
+    FORMATS,
+    MATERIALIZED,
+    ExportOptions,
+    ExportPlan,
+    Source,
+    blocks_of,
+    build_plan,
+    reads,
+)
+from .registry import ExportError, get_kind
+from .scope import bind_params, decontamination
 from .writer import WriteStats, publish, write_shards
 
 EXPORTER_VERSION = f"shopsim-wh-export-2 ({__version__})"
-DEFAULT_SHARD_ROWS = 100_000
 # which shard a row goes to (batches.shard_sql): shard i of n holds the episodes whose hash h (the first 32 bits of
 # md5(episode_id), as an unsigned integer) has floor(h * n / 2^32) = i
 SHARDING = "floor(h * shards / 2^32), h = first 8 hex digits of md5(episode_id)"
 BATCH_ROWS = 8192
-FORMATS = ("parquet", "jsonl")
-# Building blocks every kind reads, computed once per export into TEMP tables that shadow the views (linear in the
-# warehouse: one row per message / episode / step; DuckDB spills them to disk past its memory limit).
-# export_agent_tools (one merged schema per tool name of an agent) before export_step_tools, which reads it
-MATERIALIZED = ("export_episodes", "export_messages", "export_agent_tools", "export_step_tools")
 
 
 @dataclass
@@ -61,6 +68,16 @@ class ExportResult:
         if not d["engine"]:  # the default engine's summary stays as it was
             d.pop("engine")
         return d
+
+
+class Written(NamedTuple):
+    """What an executor wrote: the rows selected (before duplicate removal), the shards, the kind's columns and the
+    writer's stats."""
+
+    total: int
+    n_shards: int
+    columns: list[str]
+    stats: WriteStats
 
 
 DEFAULT_MEMORY = "2GB"
@@ -104,60 +121,76 @@ def _open(warehouse, spill_dir: str, views: set[str] | None = None):
     return con, snap.version, location(warehouse), (wh, snap)
 
 
-def export(kind: str, warehouse, out, *, runs: Sequence[str] | None = None, experiment: str | None = None,
-           where: str | None = None, format: str = "parquet", shard_rows: int = DEFAULT_SHARD_ROWS,
-           window: int | None = None, max_tokens: int | None = None, allow_test: bool = False,
-           include_reasoning: bool = False, include_persona: bool = False, gamma: float = 1.0,
-           min_margin: float | None = None, min_step_margin: float | None = None,
-           progress: Callable[[int, int], None] | None = None) -> ExportResult:
+def export(kind: str, warehouse, out, options: ExportOptions | None = None, *,
+           progress: Callable[[int, int], None] | None = None, **fields) -> ExportResult:
     """Write one kind to ``out`` (a new or empty directory) as shards + ``manifest.json``; see the module doc.
 
+    ``options`` (an :class:`ExportOptions`) or its fields as keyword arguments, e.g.
+    ``export("sft-action", "warehouse", "out", runs=["demo"], format="jsonl")``.
     ``progress(done_rows, total_rows)`` is called as rows are written (total before duplicate removal).
     """
     t0 = time.perf_counter()
+    options = replace(options or ExportOptions(), **fields)
+    options.check()
     spec = get_kind(kind)
-    if format not in FORMATS:
-        raise ExportError(f"unknown format {format!r}; use parquet or jsonl")
-    if shard_rows < 1:
-        raise ExportError(f"--shard-rows must be at least 1, not {shard_rows}")
-    for name, v in (("--window", window), ("--max-tokens", max_tokens)):
-        if v is not None and v < 0:
-            raise ExportError(f"{name} must be >= 0, not {v}")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} is not empty; choose a new --out directory (an export never mixes with old shards)")
+    with _opened(warehouse, spec) as src:
+        plan = build_plan(src, spec, options)
+        written = EXECUTORS[plan.strategy](src, plan, out, progress)
+        return _finish(src, plan, out, written, t0)
+
+
+def explain(kind: str, warehouse, options: ExportOptions | None = None, **fields) -> ExportPlan:
+    """The plan :func:`export` would follow (``export --explain``), computed on the warehouse; nothing is written."""
+    options = replace(options or ExportOptions(), **fields)
+    options.check()
+    spec = get_kind(kind)
+    with _opened(warehouse, spec) as src:
+        return build_plan(src, spec, options)
+
+
+@contextlib.contextmanager
+def _opened(warehouse, spec) -> Iterator[Source]:
+    """The warehouse open for an export of ``spec`` (its views, spilling to a temporary directory); afterwards the
+    export's TEMP state is dropped (a connection passed in stays usable) and the spill removed."""
     spill = tempfile.mkdtemp(prefix="shopsim-wh-export-")
     try:
-        return _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_rows, window, max_tokens,
-                       allow_test, include_reasoning, include_persona, gamma, min_margin, min_step_margin,
-                       progress, t0)
+        con, snapshot, root, files = _open(warehouse, spill, reads(spec.sql) | {spec.view})
+        try:
+            yield Source(con=con, spill=Path(spill), snapshot=snapshot, root=root, files=files)
+        finally:
+            for name in blocks_of(spec):
+                con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
+            batches.unshadow(con)
+            con.execute("SET VARIABLE export_decisions_subset = false")
+            con.execute("DELETE FROM export_decisions_wanted")
+            con.execute("SET arrow_lossless_conversion = false")
+            if root is not None:  # our own connection: close it before its spill directory goes
+                con.close()
     finally:
         shutil.rmtree(spill, ignore_errors=True)
 
 
-def _export(spec, warehouse, out, spill, runs, experiment, where, format, shard_rows, window, max_tokens, allow_test,
-            include_reasoning, include_persona, gamma, min_margin, min_step_margin, progress, t0) -> ExportResult:
-    con, snapshot, root, source = _open(warehouse, spill, _reads(spec.sql) | {spec.view})
-    params = {"export_window": window, "export_max_tokens": max_tokens,
-              "export_include_reasoning": bool(include_reasoning), "export_include_persona": bool(include_persona),
-              "export_gamma": float(gamma), "export_min_margin": min_margin, "export_min_step_margin": min_step_margin}
-    bind_params(con, params)
-    selected = select_runs(con, runs, experiment, allow_test)
-    expr, is_default = where_clause(con, spec, where)
-    pushed = pushdown(con, spec, expr)
-    blocks = blocks_of(spec)
-    try:
-        return _run(con, spec, out, Path(spill), format, shard_rows, expr, is_default, pushed, params, selected,
-                    runs, experiment, snapshot, root, blocks, progress, t0, source)
-    finally:
-        for name in blocks:
-            con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
-        batches.unshadow(con)
-        con.execute("SET VARIABLE export_decisions_subset = false")
-        con.execute("DELETE FROM export_decisions_wanted")
-        con.execute("SET arrow_lossless_conversion = false")
-        if root is not None:  # our own connection: close it before its spill directory goes
-            con.close()
+def _finish(src: Source, plan: ExportPlan, out: Path, written: Written, t0: float) -> ExportResult:
+    """Publish the shards and write the manifest last."""
+    stats = written.stats
+    if "split" not in written.columns:
+        stats.splits = _splits_of(src.con, stats)
+    publish(out, stats)
+    manifest = manifest_of(plan, (src.root, src.snapshot), written)
+    mpath = write_manifest(out, manifest)
+    return ExportResult(kind=plan.kind.name, out=str(out), format=plan.options.format, rows=stats.rows,
+                        duplicates_removed=stats.duplicates, shards=manifest["shards"], manifest=str(mpath),
+                        seconds=round(time.perf_counter() - t0, 3), decontamination=manifest["decontamination"])
+
+
+def write_manifest(out: Path, manifest: dict) -> Path:
+    mpath, tmp = out / "manifest.json", out / ".tmp-manifest.json"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    os.replace(tmp, mpath)
+    return mpath
 
 
 def _materialize(con, names: Sequence[str]) -> list[str]:
@@ -170,21 +203,7 @@ def _materialize(con, names: Sequence[str]) -> list[str]:
     return done
 
 
-def blocks_of(spec: Kind) -> tuple[str, ...]:
-    """The building blocks an export of ``spec`` materializes (per batch): those of :data:`MATERIALIZED` its
-    SQL reads (directly or through other export views), then the kind's own ``materialize`` list."""
-    read = _reads(spec.sql)
-    return tuple(v for v in MATERIALIZED if v in read) + tuple(v for v in spec.materialize if v not in MATERIALIZED)
-
-
-def _reads(sql: str) -> set[str]:
-    """The export_* views ``sql`` reads (comments aside), transitively."""
-    from ..engines.db import reachable, shipped_refs, words
-
-    return {n for n in reachable(words(sql), shipped_refs()) if n.startswith("export_")}
-
-
-def prepare(con, spec: Kind, blocks: Sequence[str]) -> None:
+def prepare(con, spec, blocks: Sequence[str]) -> None:
     """Materialize ``blocks`` and, for a kind with ``-- decisions: VIEW``, restrict export_decisions to the
     decisions VIEW lists (on the connection's current scope / batch)."""
     _materialize(con, blocks)
@@ -195,25 +214,13 @@ def prepare(con, spec: Kind, blocks: Sequence[str]) -> None:
         con.execute("SET VARIABLE export_decisions_subset = true")
 
 
-def _columns(con, spec) -> list[str]:
-    described = con.execute(f"DESCRIBE SELECT * FROM {spec.view}").fetchall()
-    opaque = [f"{r[0]} ({r[1]})" for r in described if r[1] in ("HUGEINT", "UHUGEINT", "UUID")]
-    if opaque:
-        raise ExportError(f"kind {spec.name} has column(s) {', '.join(opaque)} Arrow cannot carry plainly; "
-                          f"cast them (e.g. CAST(sum(x) AS BIGINT)) in {spec.path}")
-    columns = [r[0] for r in described]
-    missing = {"sample_id", "run_id", "episode_id", "task_id"} - set(columns)
-    if missing:
-        raise ExportError(f"kind {spec.name} ({spec.path}) lacks the lineage column(s) {sorted(missing)}; add them to its view")
-    return columns
-
-
-def _cursors(con, spill: Path, params: dict, lossless: bool = True) -> Callable:
+def _cursors(src: Source, params: dict, lossless: bool = True) -> Callable:
     """A factory of worker cursors (each with its own TEMP tables and variables: the scope, the parameters, the
-    small staged tables shared through ``spill``). ``lossless``: JSON crosses to Arrow as ``arrow.json`` (the
+    small staged tables shared through the spill). ``lossless``: JSON crosses to Arrow as ``arrow.json`` (the
     batches' rows); the base-row copy wants the connection's default instead, or BOOLEAN would cross as
     ``arrow.bool8`` and come back from its files as TINYINT."""
-    shared = batches.share_staging(con, spill)
+    con = src.con
+    shared = batches.share_staging(con, src.spill)
     scope = [r[0] for r in con.execute("SELECT run_id FROM export_scope").fetchall()]
 
     def cursor():
@@ -249,90 +256,99 @@ def _sql_errors(spec, expr):
                           "time (--runs)") from exc
 
 
-def _shadow(con, spec, spill: Path, params, blocks) -> None:
+def _shadow(src: Source, plan: ExportPlan) -> None:
     """:func:`batches.shadow` (the base rows copied once into one folder per batch), its views copied on
     :func:`batches.workers` cursors at once: a copy is DuckDB's scan and join plus a Python router cutting and
     writing Arrow batches, one thread each, so a second view's copy fills the core the first one leaves."""
+    con = src.con
     db = ident(con.execute("SELECT current_database()").fetchall()[0][0])
-    columns = batches.shadow_columns(con, db, spec, blocks)
+    columns = batches.shadow_columns(con, db, plan.kind, plan.blocks)
     workers = min(batches.workers(), len(batches.SHADOWED))
     if workers == 1:
-        return batches.shadow(con, db, spill, columns)
-    plan = con.sql("SELECT run_id, episode_id, batch FROM export_batch_plan").to_arrow_table()  # TEMP: con's own
-    make = _cursors(con, spill, params, lossless=False)  # the copy's Arrow types as on ``con``
+        return batches.shadow(con, db, src.spill, columns)
+    batch_plan = con.sql("SELECT run_id, episode_id, batch FROM export_batch_plan").to_arrow_table()  # TEMP: con's
+    make = _cursors(src, plan.params, lossless=False)  # the copy's Arrow types as on ``con``
 
     def cursor():
         cur = make()
-        cur.register("export_batch_plan", plan)
+        cur.register("export_batch_plan", batch_plan)
         return cur
 
     def each(copy, names: list[str]) -> None:
         _parallel(cursor, lambda cur, i: copy(cur, names[i]), len(names), workers)
 
-    batches.shadow(con, db, spill, columns, each)
+    batches.shadow(con, db, src.spill, columns, each)
 
 
-def _compute(con, spec, spill: Path, format, expr, params, blocks, columns,
-             episodes_where=None) -> list[list[Path]]:
-    """Phase 1 (see batches.py): the kind's rows, batch by batch of episodes (those ``episodes_where`` holds for:
-    scope.pushdown), into the spill's buckets. Batches run on :func:`batches.workers` cursors at once (each with its
-    own TEMP tables and variables); the output does not depend on the order they finish in (phase 3 sorts)."""
-    n_batches = batches.plan(con, spec, batches.batch_episodes(spec), episodes_where)
-    if n_batches > 1:
-        _shadow(con, spec, spill, params, blocks)
-    query = batches.compute_sql(spec, expr, format, columns)
+def _compute(src: Source, plan: ExportPlan) -> list[list[Path]]:
+    """Phase 1 (see batches.py): the kind's rows, batch by batch of the planned episodes, into the spill's buckets.
+    Batches run on :func:`batches.workers` cursors at once (each with its own TEMP tables and variables); the output
+    does not depend on the order they finish in (phase 3 sorts)."""
+    con, spec, spill, n_batches = src.con, plan.kind, src.spill, plan.n_batches
+    if plan.copy_base_rows:
+        _shadow(src, plan)
+    query = batches.compute_sql(spec, plan.where, plan.options.format, plan.columns)
     out = batches.Spill(spill, n_batches)
     lock = threading.Lock()
 
     def run(cur, b: int) -> None:
         if n_batches > 1:
             batches.select_batch(cur, spill, b)
-        prepare(cur, spec, blocks)
-        table = batches.batch_reader(cur, spec, query, format, params).read_all()
+        prepare(cur, spec, plan.blocks)
+        table = batches.batch_reader(cur, spec, query, plan.options.format, plan.params).read_all()
         with lock:
             out.add(table)
 
     workers = min(batches.workers(), n_batches)
-    with _sql_errors(spec, expr), _no_metadata_cache(con):  # each batch's copy is read once
+    with _sql_errors(spec, plan.where), _no_metadata_cache(con):  # each batch's copy is read once
         if workers == 1:
             con.execute("SET arrow_lossless_conversion = true")  # JSON crosses as arrow.json: the spill keeps it
             for b in range(n_batches):
                 run(con, b)
         else:
             with _pool(con, workers):
-                _parallel(_cursors(con, spill, params), run, n_batches, workers)
+                _parallel(_cursors(src, plan.params), run, n_batches, workers)
     buckets = out.close()
     batches.unshadow(con)
-    for name in blocks:
+    for name in plan.blocks:
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
     return buckets
 
 
-def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, exact, params, blocks, columns, planned,
-            progress, source=None) -> tuple:
-    """A record kind without the spill (batches.plan_records): batches of (shard, ``sample_id``) ranges computed on
-    :func:`batches.workers` cursors and handed to the shard writer in batch order, each sorted, so every row is
-    written once, as it comes. ``exact``: every planned episode gives a row (no where, or one applied whole to the
-    plan). With the warehouse's files (``source``) in groups (export/groups.py), the batches are groups instead and
-    their rows are merged (:func:`_grouped`). Returns what :func:`shard_spill` does."""
-    n_batches = len(planned)
-    total = sum(len(p) for p in planned)  # if exact, exactly the rows (check_planned holds it)
-    n_shards = max(1, math.ceil(total / shard_rows)) if exact else 1  # batches.direct: all fit one shard
-    query = batches.compute_sql(spec, expr, format, columns, shards=n_shards)
-    if n_batches > 1 and source is not None:
-        found = groups.plan_groups(con, *source, batches.batch_episodes(spec))
-        if found:
-            return _grouped(con, spec, out, spill, format, query, expr, exact, params, blocks, n_shards, found,
-                            source, total, progress)
-    if n_batches > 1:
-        _shadow(con, spec, spill, params, blocks)
+def _write_spill(src: Source, plan: ExportPlan, out: Path, progress) -> Written:
+    """The ``spill`` strategy: phase 1 (:func:`_compute`), then phases 2 and 3 (:func:`shard_spill`)."""
+    buckets = _compute(src, plan)
+    return Written(*shard_spill(src.con, buckets, out, plan.options, progress))
+
+
+class _Ticker:
+    """``progress(done, total)`` as rows are written, ``total`` the planned rows (or more, once passed)."""
+
+    def __init__(self, progress, total: int):
+        self.progress, self.total, self.done = progress, total, 0
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.progress:
+            self.progress(self.done, max(self.done, self.total))
+
+
+def _write_records(src: Source, plan: ExportPlan, out: Path, progress) -> Written:
+    """The ``records`` strategy: batches of (shard, ``sample_id``) ranges computed on :func:`batches.workers`
+    cursors and handed to the shard writer in batch order, each sorted, so every row is written once, as it comes
+    (after the base-row copy when there is more than one batch)."""
+    con, spec, spill, fmt = src.con, plan.kind, src.spill, plan.options.format
+    n_batches = len(plan.planned)
+    query = batches.compute_sql(spec, plan.where, fmt, plan.columns, shards=plan.n_shards)
+    if plan.copy_base_rows:
+        _shadow(src, plan)
 
     def run(cur, b: int) -> pa.Table:
         if n_batches > 1:
             batches.select_batch(cur, spill, b)
-        prepare(cur, spec, blocks)
-        rows = batches.record_rows(cur, spec, query, format, params)
-        batches.check_planned(spec, rows, planned[b], every=exact)
+        prepare(cur, spec, plan.blocks)
+        rows = batches.record_rows(cur, spec, query, fmt, plan.params)
+        batches.check_planned(spec, rows, plan.planned[b], every=plan.exact)
         return rows
 
     workers = min(batches.workers(), n_batches)
@@ -340,73 +356,73 @@ def _direct(con, spec, out: Path, spill: Path, format, shard_rows, expr, exact, 
         con.execute("SET arrow_lossless_conversion = true")
         tables = (run(con, b) for b in range(n_batches))
     else:
-        tables = _in_order(_cursors(con, spill, params), run, n_batches, workers)
+        tables = _in_order(_cursors(src, plan.params), run, n_batches, workers)
     out.mkdir(parents=True, exist_ok=True)
-    done = 0
-
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress:
-            progress(done, max(done, total))
-
-    with _sql_errors(spec, expr), _pool(con, workers), _no_metadata_cache(con):  # each batch's copy is read once
+    tick = _Ticker(progress, plan.episodes)
+    with _sql_errors(spec, plan.where), _pool(con, workers), _no_metadata_cache(con):  # each copy is read once
         try:
             first = next(tables)
             schema = first.schema  # the first batch's rows are not kept past their turn (~100 MB at 2,000 episodes)
             reader = pa.RecordBatchReader.from_batches(schema, (
                 b for t in itertools.chain([first], tables) for b in t.to_batches()))
             del first
-            stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
+            stats = write_shards(reader, out, plan.n_shards, fmt, "__line" if fmt == "jsonl" else None, tick)
         except BaseException:
             tables.close()  # stops the workers
-            for tmp in out.glob(".tmp-*"):
-                tmp.unlink()
+            _drop_temporary(out)
             raise
     batches.unshadow(con)
-    for name in blocks:
+    for name in plan.blocks:
         con.execute(f"DROP TABLE IF EXISTS temp.main.{name}")
-    columns = [n for n in schema.names if not n.startswith("__")]
-    return stats.rows + stats.duplicates, n_shards, columns, stats
+    return Written(stats.rows + stats.duplicates, plan.n_shards, _public(schema), stats)
 
 
-def _grouped(con, spec, out: Path, spill: Path, format, query, expr, exact, params, blocks, n_shards, found, source,
-             total, progress) -> tuple:
-    """:func:`_direct` over batches of file groups (groups.plan_groups): each batch reads its own files through
-    the base views (no copy of the base rows), its sorted rows go to a run file, and the writer gets the runs
-    merged in its order (groups.merged)."""
-    runs = spill / "runs"
+def _write_groups(src: Source, plan: ExportPlan, out: Path, progress) -> Written:
+    """The ``file-groups`` strategy: each batch reads its own files through the base views (no copy of the base
+    rows), its sorted rows go to a run file, and the writer gets the runs merged in its order (groups.merged)."""
+    spec, fmt, found = plan.kind, plan.options.format, plan.found
+    query = batches.compute_sql(spec, plan.where, fmt, plan.columns, shards=plan.n_shards)
+    runs = src.spill / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     paths = [runs / f"run-{b:05d}.arrow" for b in range(len(found))]
 
     def run(cur, b: int) -> tuple:
-        groups.use_group(cur, *source, found[b])
-        prepare(cur, spec, blocks)
-        rows = batches.record_rows(cur, spec, query, format, params)
-        batches.check_planned(spec, rows, found[b].sample_ids, every=exact)
-        groups.write_run(rows, paths[b], len(found), format)
+        groups.use_group(cur, *src.files, found[b])
+        prepare(cur, spec, plan.blocks)
+        rows = batches.record_rows(cur, spec, query, fmt, plan.params)
+        batches.check_planned(spec, rows, found[b].sample_ids, every=plan.exact)
+        groups.write_run(rows, paths[b], len(found), fmt)
         return rows.schema, rows.num_rows
 
     workers = min(batches.workers(), len(found))
-    done = 0
+    tick = _Ticker(progress, plan.episodes)
     out.mkdir(parents=True, exist_ok=True)
-    with _sql_errors(spec, expr), _pool(con, workers), _no_metadata_cache(con):
-        for batch_schema, n in _in_order(_cursors(con, spill, params), run, len(found), workers, ahead=len(found)):
+    with _sql_errors(spec, plan.where), _pool(src.con, workers), _no_metadata_cache(src.con):
+        for batch_schema, n in _in_order(_cursors(src, plan.params), run, len(found), workers, ahead=len(found)):
             schema = batch_schema  # every batch's: the kind's (records.finish)
-            done += n
-            if progress:
-                progress(done, max(done, total))
+            tick(n)
         try:
-            if format == "jsonl":
-                stats = groups.write_jsonl(paths, out, n_shards)
+            if fmt == "jsonl":
+                stats = groups.write_jsonl(paths, out, plan.n_shards)
             else:
-                stats = write_shards(groups.merged(paths, schema), out, n_shards, format, None, schema=schema)
+                stats = write_shards(groups.merged(paths, schema), out, plan.n_shards, fmt, None, schema=schema)
         except BaseException:
-            for tmp in out.glob(".tmp-*"):
-                tmp.unlink()
+            _drop_temporary(out)
             raise
-    columns = [n for n in schema.names if not n.startswith("__")]
-    return stats.rows + stats.duplicates, n_shards, columns, stats
+    return Written(stats.rows + stats.duplicates, plan.n_shards, _public(schema), stats)
+
+
+EXECUTORS: dict[str, Callable[[Source, ExportPlan, Path, Callable | None], Written]] = {
+    "records": _write_records, "file-groups": _write_groups, "spill": _write_spill}
+
+
+def _public(schema: pa.Schema) -> list[str]:
+    return [n for n in schema.names if not n.startswith("__")]
+
+
+def _drop_temporary(out: Path) -> None:
+    for tmp in out.glob(".tmp-*"):
+        tmp.unlink()
 
 
 @contextlib.contextmanager
@@ -492,12 +508,12 @@ def _parallel(cursor, run, n_batches: int, workers: int) -> None:
         pass
 
 
-def shard_spill(con, buckets: list[list[Path]], out: Path, shard_rows: int, format: str, progress) -> tuple:
-    """Phases 2 and 3 (batches.py) over the spill's buckets (batches.Spill.close): count (sizing the shards), then every row in
-    ``sample_id`` order to its shard. Returns (rows, shards, the kind's columns, the writer's stats); on failure
-    no temporary shard is left behind. The DuckDB and Spark exporters both end here."""
+def shard_spill(con, buckets: list[list[Path]], out: Path, options: ExportOptions, progress) -> tuple:
+    """Phases 2 and 3 (batches.py) over the spill's buckets (batches.Spill.close): count (sizing the shards), then
+    every row in ``sample_id`` order to its shard. Returns (rows, shards, the kind's columns, the writer's stats);
+    on failure no temporary shard is left behind. The DuckDB and Spark exporters both end here."""
     with _no_metadata_cache(con):
-        return _shard_spill(con, buckets, out, shard_rows, format, progress)
+        return _shard_spill(con, buckets, out, options, progress)
 
 
 @contextlib.contextmanager
@@ -514,13 +530,14 @@ def _no_metadata_cache(con):
         con.execute(f"SET parquet_metadata_cache = {'true' if was else 'false'}")
 
 
-def _shard_spill(con, buckets: list[list[Path]], out: Path, shard_rows: int, format: str, progress) -> tuple:
+def _shard_spill(con, buckets: list[list[Path]], out: Path, options: ExportOptions, progress) -> tuple:
+    fmt = options.format
     total = batches.count(con, buckets)
-    n_shards = max(1, math.ceil(total / shard_rows))
+    n_shards = max(1, math.ceil(total / options.shard_rows))
     out.mkdir(parents=True, exist_ok=True)
     con.execute("SET arrow_lossless_conversion = true")  # JSON leaves as arrow.json -> Parquet JSON logical type
     reader = batches.ordered_reader(con, buckets, n_shards, BATCH_ROWS)
-    columns = [n for n in reader.schema.names if not n.startswith("__")]
+    columns = _public(reader.schema)
     done = 0
 
     def tick(n: int) -> None:
@@ -530,39 +547,12 @@ def _shard_spill(con, buckets: list[list[Path]], out: Path, shard_rows: int, for
             progress(done, total)
 
     try:
-        stats = write_shards(reader, out, n_shards, format, "__line" if format == "jsonl" else None, tick)
+        stats = write_shards(reader, out, n_shards, fmt, "__line" if fmt == "jsonl" else None, tick)
     except BaseException:
         reader.close()  # releases the bucket query DuckDB still holds open
-        for tmp in out.glob(".tmp-*"):
-            tmp.unlink()
+        _drop_temporary(out)
         raise
     return total, n_shards, columns, stats
-
-def _run(con, spec, out, spill, format, shard_rows, expr, is_default, pushed, params, selected, runs, experiment,
-         snapshot, root, blocks, progress, t0, source=None) -> ExportResult:
-    columns = _columns(con, spec)
-    episodes_where, whole = pushed
-    exact = expr is None or whole  # every planned episode of a record kind gives its row
-    planned = (batches.plan_records(con, spec, batches.batch_episodes(spec), episodes_where, shard_rows) if spec.record
-               else None)
-    if planned is not None and batches.direct(spec, exact, sum(len(p) for p in planned), shard_rows):
-        total, n_shards, columns, stats = _direct(con, spec, out, spill, format, shard_rows, expr, exact, params,
-                                                  blocks, columns, planned, progress, source)
-    else:
-        buckets = _compute(con, spec, spill, format, expr, params, blocks, columns, episodes_where)
-        total, n_shards, columns, stats = shard_spill(con, buckets, out, shard_rows, format, progress)
-    if "split" not in columns:
-        stats.splits = _splits_of(con, stats)
-    publish(out, stats)
-    manifest = _manifest(spec, format, root, snapshot, selected, runs, experiment, expr, is_default, params,
-                         n_shards, shard_rows, total, stats, columns)
-    mpath = out / "manifest.json"
-    tmp = out / ".tmp-manifest.json"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    os.replace(tmp, mpath)
-    return ExportResult(kind=spec.name, out=str(out), format=format, rows=stats.rows,
-                        duplicates_removed=stats.duplicates, shards=manifest["shards"], manifest=str(mpath),
-                        seconds=round(time.perf_counter() - t0, 3), decontamination=manifest["decontamination"])
 
 
 def _splits_of(con, stats: WriteStats) -> set:
@@ -575,31 +565,33 @@ def _splits_of(con, stats: WriteStats) -> set:
         "ON s.run_id = e.run_id AND s.task_id IS NOT DISTINCT FROM e.task_id").fetchall()}
 
 
-def _manifest(spec: Kind, fmt, root, snapshot, selected, runs, experiment, expr, is_default, params, n_shards,
-              shard_rows, total, stats: WriteStats, columns) -> dict:
+def manifest_of(plan: ExportPlan, warehouse: tuple, written: Written) -> dict:
+    """manifest.json of an export that followed ``plan``; ``warehouse`` is (location, snapshot version)."""
+    spec, opts, stats, params = plan.kind, plan.options, written.stats, plan.params
+    root, snapshot = warehouse
     return {
         "kind": spec.name,
         "grain": spec.grain,
         "trl": spec.trl,
-        "format": fmt,
-        "columns": columns,
+        "format": opts.format,
+        "columns": written.columns,
         "sample_columns": list(spec.sample),
         "kind_sql_sha256": spec.sql_sha256,
         "exporter_version": EXPORTER_VERSION,
         "warehouse": {"root": root, "snapshot": snapshot},
         "source_runs": [{"run_id": r["run_id"], "fingerprint": r["fingerprint"], "source_format": r["source_format"],
-                         "experiment": r["experiment"], "split": r["split"]} for r in selected],
-        "filters": {"runs": list(runs) if runs else None, "experiment": experiment, "where": expr,
-                    "where_is_kind_default": is_default},
+                         "experiment": r["experiment"], "split": r["split"]} for r in plan.selected],
+        "filters": {"runs": list(opts.runs) if opts.runs else None, "experiment": opts.experiment,
+                    "where": plan.where, "where_is_kind_default": plan.where_is_default},
         "parameters": {k.removeprefix("export_"): v for k, v in params.items()},
-        "sharding": {"by": SHARDING, "order": "sample_id", "shard_rows": shard_rows,
-                     "shards": n_shards},
-        "rows_selected": total,
+        "sharding": {"by": SHARDING, "order": "sample_id", "shard_rows": opts.shard_rows,
+                     "shards": written.n_shards},
+        "rows_selected": written.total,
         "duplicates_removed": stats.duplicates,
         "rows": stats.rows,
         "shards": [{"file": s.file, "rows": s.rows, "bytes": s.bytes, "sha256": s.sha256} for s in stats.shards],
         "privacy": {"reasoning_included": bool(params["export_include_reasoning"]),
                     "persona_included": bool(params["export_include_persona"]),
                     "private_goal": "never stored, never exported (no goal-derived column such as right_product)"},
-        "decontamination": decontamination(selected, stats.splits, stats.tasks),
+        "decontamination": decontamination(plan.selected, stats.splits, stats.tasks),
     }

@@ -39,9 +39,9 @@ def tiny_warehouse(root: Path) -> Path:
     paths = [repo / "ingest" / "agent_multi_turn", repo / "third_party" / "claude_code_session-share",
              repo / "third_party" / "atif_login-trace"]
     if all(p.exists() for p in paths):
-        from ..ingest import ingest
+        from ..ingest import IngestOptions, ingest
 
-        ingest(paths, root, parallel=False)
+        ingest(paths, root, IngestOptions(parallel=False))
         return root
     from ..core.config import load_config
     from ..rollout import runner
@@ -113,13 +113,16 @@ INTRO = r"""# Exporting training data: `shopsim-wh export`
 
 `shopsim-wh export KIND --out DIR` writes one kind of training data from the warehouse as deterministic shards
 plus `manifest.json`; `shopsim-wh export --list` prints every kind with its grain, columns and one example row.
-The library call is the same: `shopsim_wh.export.export(kind, warehouse, out, ...)`.
+The library call is the same: `shopsim_wh.export.export(kind, warehouse, out, ...)`, its options an
+`ExportOptions` value or its fields as keyword arguments; `shopsim_wh.export.explain(kind, warehouse, ...)` returns
+the plan.
 
 ```text
 shopsim-wh export sft-action --out data/sft-action                      # default selection of the kind
 shopsim-wh export sft-action --out d --runs RUN_A --runs RUN_B --window 4 --max-tokens 8000
 shopsim-wh export ntp --out d --where "source_format = 'claude-code'" --format jsonl
 shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JSON object on stdout
+shopsim-wh export shopsimrl-v4 --explain                                # the plan; nothing is written
 ```
 
 ## Options
@@ -136,6 +139,35 @@ shopsim-wh export sft-trajectory --out d --summary-format json --quiet  # one JS
 | `--gamma` | discount for return-to-go (offline-rl) |
 | `--summary-format text\|json` | how the result is printed (`--format` is the shard format) |
 | `--progress/--quiet` | progress bar on stderr |
+| `--explain` | print the plan (below) and write nothing; with `--summary-format json`, as one object |
+
+## How an export runs: the plan (`--explain`)
+
+An export is planned once, before a row is computed (`shopsim_wh/export/plan.py`): the runs in scope, the filter
+and the part of it applied to the planned episodes, the building blocks, the batches, the shards when they are known
+up front, and the **strategy**, with the reason it was chosen. The executors take that plan; `--explain` prints it:
+
+```text
+$ shopsim-wh export shopsimrl-v4 --explain
+export shopsimrl-v4 (one row per episode: the episode's shopsimrl-episode-v4 record ...)
+  runs: 1 (demo)
+  where: (none)
+  planned on: every episode in scope -> 10000 episode(s)
+  strategy: file-groups
+  why: record kind shopsimrl-v4: one row per episode and no filter cut the plan, so the shards are known up front; the warehouse's files fall into 5 batches of whole file groups, each read alone
+  batches: 5 of <= 2000 episodes, 2 at a time
+  shards: 1 (target 100000 rows each), format parquet
+  building blocks: export_episodes, export_messages, export_agent_tools, export_step_tools
+```
+
+| strategy | kinds | warehouse shape | how |
+| --- | --- | --- | --- |
+| `records` | record kinds (`shopsimrl-v4`, `atif`) when the shard count is known before the rows (no `--where`, one applied whole to the plan, or every planned episode fits one shard) | one batch (read in place), a connection passed in, or a **compacted** warehouse (its files hold too many episodes each for a batch) | batches are ranges of the writer's order, computed two at a time and written once each as they come; with more than one batch the base rows are first copied into one folder per batch |
+| `file-groups` | the same | a warehouse **as the runner and ingest write it** (each commit's files hold a few whole episodes) | each batch reads its own files, nothing copied; the batches' sorted runs are merged in the writer's order |
+| `spill` | every other kind (rows per step, per pair, per task), and a record kind whose `--where` leaves its row count unknown | any | rows computed per batch into hash buckets, counted (which sizes the shards and finds exact duplicates), then sharded in `sample_id` order |
+
+All three give the same bytes for the same rows (tested); `bench/bench_export_strategies.py` measures them against
+each other ([performance.md](performance.md#export-strategies)).
 
 ## Guarantees
 

@@ -101,19 +101,21 @@ def record_batches(con, query: str, builder: str, fmt: str, *, reasoning: bool =
         import pyarrow.compute as pc
 
         table = table.take(pc.sort_indices(table, [(c, "ascending") for c in order]))
-    return finish(table.to_reader(), builder, fmt, con, reasoning=reasoning, persona=persona, base_views=True)
+    return finish(table.to_reader(), builder, fmt, con, reasoning=reasoning, persona=persona)
 
 
 def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning: bool = False,
-           persona: bool = False, every: bool = False, base_views: bool = False) -> pa.RecordBatchReader:
+           persona: bool = False, foreign: bool = False) -> pa.RecordBatchReader:
     """The kind's view rows (``rows``, whatever engine computed them) as batches with a ``record`` column (JSON)
     and, for JSONL, the ``__line``; records pass :func:`scrub` (privacy by default). The episodes whose
     ``record`` is NULL are built by the dump writer, which reads them from ``con`` (a DuckDB connection with the
-    warehouse's ``stg_`` views, on the snapshot the rows came from). ``every``: every record takes the orjson round
+    warehouse's ``stg_`` views, on the snapshot the rows came from). ``foreign``: the rows are another engine's, and
+    every record takes the orjson round
     trip, for rows of an engine whose JSON text is not DuckDB's (Spark embeds JSON texts as written, spaces kept,
-    where DuckDB's ``json()`` minifies them). ``base_views``: ``con`` also has the base views (``steps``, ...) and
-    the fallback reads the episodes' last attempts through them (``load_episodes(base_views=LAST_ATTEMPT_VIEWS)``): in an
-    export batch they hold that batch's rows alone, where ``stg_`` is the whole warehouse."""
+    where DuckDB's ``json()`` minifies them). Else the rows are DuckDB's of an export batch, ``con`` also has the
+    base views (``steps``, ...) and the fallback reads the episodes' last attempts through them
+    (``load_episodes(base_views=LAST_ATTEMPT_VIEWS)``): they hold that batch's rows alone, where ``stg_`` is the
+    whole warehouse."""
     names = rows.schema.names
     base = [n for n in names if n not in (SHARD, DUP, HASH, *KEY, *OWN_COLUMNS)]
     json_type = pa.json_() if fmt == "parquet" else pa.string()
@@ -129,7 +131,7 @@ def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning
         raw = chunk.column("record").combine_chunks()
         if raw.type != pa.string():
             raw = raw.cast(pa.string())
-        redo = range(len(raw)) if every else [i for i, r in enumerate(_needs_python(raw, reasoning, persona)) if r]
+        redo = range(len(raw)) if foreign else [i for i, r in enumerate(_needs_python(raw, reasoning, persona)) if r]
         missing = [i for i in range(len(raw)) if not raw[i].is_valid] if raw.null_count else []
         if not redo and not missing:
             return raw  # the common case with both privacy flags: the SQL's text as it is, no copy
@@ -142,7 +144,7 @@ def finish(rows: pa.RecordBatchReader, builder: str, fmt: str, con, *, reasoning
                 texts[i] = orjson.dumps(rec, option=orjson.OPT_NON_STR_KEYS).decode()
         if missing:
             for i, t in zip(missing, _python_records(con, chunk.take(missing), builder, reasoning, persona,
-                                                             base_views), strict=True):
+                                                             not foreign), strict=True):
                 texts[i] = t
         return pa.array(texts, pa.string())
 

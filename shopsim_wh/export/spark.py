@@ -21,11 +21,10 @@ manifest's ``engine_detail`` and the summary count them.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from .registry import ExportError, get_kind
@@ -86,34 +85,30 @@ def _duckdb_schema(view: str):
         con.execute("SET arrow_lossless_conversion = false")
 
 
-def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment=None, where=None,
-                 format: str = "parquet", shard_rows: int = 100_000, window=None, max_tokens=None,
-                 allow_test: bool = False, include_reasoning: bool = False, include_persona: bool = False,
-                 gamma: float = 1.0, min_margin=None, min_step_margin=None, progress=None):
-    """Write one kind like :func:`shopsim_wh.export.export`, its rows computed on ``spark`` (a local session
-    when None)."""
+def export_spark(kind: str, warehouse, out, options=None, *, spark=None, progress=None, **fields):
+    """Write one kind like :func:`shopsim_wh.export.export` (the same ``options``, an ExportOptions, or its fields
+    as keyword arguments), its rows computed on ``spark`` (a local session when None)."""
     import duckdb
     import pyarrow as pa
 
     from .. import __version__
     from ..engines import spark_guard
-    from ..engines.spark import needed, register, session
+    from ..engines.spark import ExportsLayer, needed, register, session
     from ..engines.spark_sql import oracle
     from ..store.warehouse import Warehouse
     from . import batches
-    from .core import FORMATS, ExportResult, _manifest, blocks_of, shard_spill
+    from .core import ExportResult, Written, manifest_of, shard_spill, write_manifest
+    from .plan import ExportOptions, ExportPlan, blocks_of
     from .scope import select_runs, where_clause
     from .writer import publish
 
     t0 = time.perf_counter()
+    opts = replace(options or ExportOptions(), **fields)
+    opts.check()
     spec = get_kind(kind)
     if spec.name in UNSUPPORTED_KINDS:
         raise ExportError(f"kind {spec.name} does not run on Spark ({UNSUPPORTED_KINDS[spec.name]}); "
                           "export it with the default engine (drop --engine spark)")
-    if format not in FORMATS:
-        raise ExportError(f"unknown format {format!r}; use parquet or jsonl")
-    if shard_rows < 1:
-        raise ExportError(f"--shard-rows must be at least 1, not {shard_rows}")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} is not empty; choose a new --out directory (an export never mixes with old shards)")
@@ -129,13 +124,11 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
 
     tr = translator()
     chooser = _SparkRuns(spark, tr)
-    selected = select_runs(chooser, runs, experiment, allow_test)
-    expr, is_default = where_clause(oracle(), spec, where)
-    params = {"export_window": window, "export_max_tokens": max_tokens,
-              "export_include_reasoning": bool(include_reasoning), "export_include_persona": bool(include_persona),
-              "export_gamma": float(gamma), "export_min_margin": min_margin, "export_min_step_margin": min_step_margin}
-    reg = register(spark, root, exports=True, snap=snap, base=False, scope=chooser.scope,
-                   variables={**params, "export_tool_version": __version__}, materialize=blocks, only=wanted)
+    selected = select_runs(chooser, opts.runs, opts.experiment, opts.allow_test)
+    expr, is_default = where_clause(oracle(), spec, opts.where)
+    params = opts.params
+    layer = ExportsLayer(base=False, scope=chooser.scope, variables={**params, "export_tool_version": __version__})
+    reg = register(spark, root, exports=True, snap=snap, materialize=blocks, only=wanted, layer=layer)
     if spec.view not in reg.views:
         raise ExportError(f"kind {spec.name} does not run on Spark: {reg.skipped.get(spec.view, 'not translated')}")
     query = tr.query(f"SELECT * FROM {spec.view}" + (f" WHERE ({expr})" if expr else ""))
@@ -159,28 +152,29 @@ def export_spark(kind: str, warehouse, out, *, spark=None, runs=None, experiment
         con.register(spec.view, table)
         con.execute("SET arrow_lossless_conversion = true")
         buckets = batches.Spill(spill, 1)
-        query = batches.compute_sql(spec, None, format, columns)
-        buckets.add(batches.batch_reader(con, spec, query, format, params, dump=dump).read_all())
-        total, n_shards, columns, stats = shard_spill(con, buckets.close(), out, shard_rows, format, progress)
+        query = batches.compute_sql(spec, None, opts.format, columns)
+        buckets.add(batches.batch_reader(con, spec, query, opts.format, params, dump=dump).read_all())
+        written = Written(*shard_spill(con, buckets.close(), out, opts, progress))
     finally:
         con.close()
         dump.close()
         shutil.rmtree(spill, ignore_errors=True)
-    if "split" not in columns:
+    stats = written.stats
+    if "split" not in written.columns:
         stats.splits = _splits(spark, stats.tasks)
     publish(out, stats)
-    manifest = _manifest(spec, format, root, snap.version, selected, runs, experiment, expr, is_default, params,
-                         n_shards, shard_rows, total, stats, columns)
+    plan = ExportPlan(kind=spec, options=opts, selected=selected, where=expr, where_is_default=is_default,
+                      episodes_where=None, columns=written.columns, blocks=blocks, strategy="spark",
+                      why="--engine spark: the rows computed by Spark in one query, then counted and sharded")
+    manifest = manifest_of(plan, (root, snap.version), written)
     manifest["engine"] = "spark"
     engine = {"name": "spark"}
     if fallback is not None:  # record kinds: the records Spark's SQL left to the dump writer (on DuckDB)
         engine["records_by_dump_writer"] = sum(fallback.values())
         engine["record_fallback"] = fallback
         manifest["engine_detail"] = {k: v for k, v in engine.items() if k != "name"}
-    mpath, tmp = out / "manifest.json", out / ".tmp-manifest.json"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    os.replace(tmp, mpath)
-    return ExportResult(kind=spec.name, out=str(out), format=format, rows=stats.rows,
+    mpath = write_manifest(out, manifest)
+    return ExportResult(kind=spec.name, out=str(out), format=opts.format, rows=stats.rows,
                         duplicates_removed=stats.duplicates, shards=manifest["shards"], manifest=str(mpath),
                         seconds=round(time.perf_counter() - t0, 3), decontamination=manifest["decontamination"],
                         engine=engine)

@@ -1,17 +1,17 @@
 """Ingest of historical traces (issue 3): readers registered by name, one entry point.
 
-    from shopsim_wh.ingest import ingest, dump_episode, dump_run
-    summary = ingest(["~/traces"], "warehouse")
+    from shopsim_wh.ingest import IngestOptions, ingest, dump_episode, dump_run
+    summary = ingest(["~/traces"], "warehouse")  # or ingest(paths, wh, IngestOptions(format="atif"))
 
 Core code: no typer, no rich. The CLI wires ``shopsim-wh ingest`` / ``shopsim-wh dump`` to these.
 """
 
 from . import registry
-from .core import FileResult, IngestSummary, UnitContext, ingest
+from .core import FileResult, IngestOptions, IngestSummary, UnitContext, ingest
 from .registry import READERS, Reader, detect, formats, get_reader, register
 
-__all__ = ["FileResult", "IngestSummary", "UnitContext", "ingest", "READERS", "Reader", "detect", "formats",
-           "get_reader", "register", "dump_episode", "dump_run"]
+__all__ = ["FileResult", "IngestOptions", "IngestSummary", "UnitContext", "ingest", "READERS", "Reader", "detect",
+           "formats", "get_reader", "register", "dump_episode", "dump_run"]
 
 
 def dump_episode(warehouse, episode_id: str, fmt: str, run_id: str | None = None, attempt: int | None = None) -> str:

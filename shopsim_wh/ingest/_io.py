@@ -42,7 +42,7 @@ def parse_size(text: str | int, what: str = "size") -> int:
 
 
 def max_record_bytes(value: str | int | None = None) -> int:
-    """The maximum record size: ``value`` (``ingest(max_record_bytes=)``, ``--max-record-bytes``), else
+    """The maximum record size: ``value`` (``IngestOptions(max_record_bytes=)``, ``--max-record-bytes``), else
     ``$SHOPSIM_WH_MAX_RECORD_BYTES``, else :data:`DEFAULT_MAX_RECORD_BYTES`."""
     if value is not None:
         return parse_size(value, "the maximum record size (--max-record-bytes)")

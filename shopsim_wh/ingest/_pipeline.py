@@ -1,6 +1,6 @@
 """Parallel parsing: worker processes turn byte ranges of a JSONL file into Parquet files and Arrow tables.
 
-Used by the v4 reader for large uncompressed files (``ingest(..., parallel=True)``). The file is cut
+Used by the v4 reader for large uncompressed files (``IngestOptions(parallel=True)``). The file is cut
 into chunks of about ``flush_bytes`` at line boundaries; worker *k* (``python -m
 shopsim_wh.ingest._pipeline``, independent of how the parent was started) parses chunks k, k+W,
 k+2W, ... with the reader's chunk function. The bulky tables (``STAGED``) it encodes to Parquet in the

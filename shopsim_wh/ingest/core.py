@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -256,51 +256,66 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True)
+class IngestOptions:
+    """How :func:`ingest` reads its inputs: the trace format, the run-id source, memory limits, parallelism.
+
+    ``format`` is a reader name or ``"auto"`` (detected per file); ``source`` names the runs (run ids and
+    ``runs.experiment``; default the reader's name). ``max_field_bytes`` caps one string field (larger records
+    are rejected as ``oversized_field``); ``max_record_bytes`` (bytes, or ``"64MB"``; ``None``:
+    ``$SHOPSIM_WH_MAX_RECORD_BYTES`` or 64 MiB) is the longest line, or input read as one JSON document, held in
+    memory: a longer one is one ``record_too_large`` row, skipped while streaming. ``flush_every`` records or
+    ``flush_bytes`` input bytes are buffered before their rows are encoded to Parquet (memory stays flat).
+    ``parallel`` lets the v4 reader parse and encode files >= 64 MiB in two worker processes while this one
+    commits (``flush_bytes`` is also the chunk size).
+    """
+
+    format: str = "auto"
+    source: str | None = None
+    max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES
+    max_record_bytes: int | str | None = None
+    flush_every: int = FLUSH_EPISODES
+    flush_bytes: int = FLUSH_BYTES
+    parallel: bool = True
+
+
 def ingest(
     paths: Iterable[str | os.PathLike] | str | os.PathLike,
     warehouse: str | os.PathLike,
-    format: str = "auto",
-    source: str | None = None,
+    options: IngestOptions | None = None,
+    *,
     progress: Callable[[int, int], None] | None = None,
-    max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES,
-    flush_every: int = FLUSH_EPISODES,
-    parallel: bool = True,
-    flush_bytes: int = FLUSH_BYTES,
-    max_record_bytes: int | str | None = None,
 ) -> IngestSummary:
     """Ingest files / directories (recursive) / globs into the warehouse; see module docstring.
 
-    ``progress(done_bytes, total_bytes)`` is called as input is consumed. ``max_field_bytes`` caps
-    one string field (larger records are rejected as ``oversized_field``); ``flush_every`` is how many
-    records are buffered before their rows are encoded to Parquet (memory stays flat). ``parallel``
-    lets the v4 reader parse and encode files >= 64 MiB in two worker processes while this one commits
-    (``flush_bytes`` is also the chunk size). ``max_record_bytes`` (bytes, or ``"64MB"``; default
-    ``$SHOPSIM_WH_MAX_RECORD_BYTES`` or 64 MiB) is the longest line, or input read as one JSON document, held in
-    memory: a longer one is one ``record_too_large`` row, skipped while streaming. Record-level problems
+    ``options`` (:class:`IngestOptions`; default ``IngestOptions()``) say how to read them.
+    ``progress(done_bytes, total_bytes)`` is called as input is consumed. Record-level problems
     become ``ingest_errors`` rows; a unit whose reader fails outright is reported in the summary
     (status ``failed``) and nothing of it is committed.
     """
+    opts = options or IngestOptions()
+    opts = replace(opts, max_record_bytes=resolve_max_record_bytes(opts.max_record_bytes))
     # The cyclic GC rescans the (large, acyclic) row buffers on every generation-2 pass: parsing with it
     # on is several times slower. Nothing here builds reference cycles; it is re-enabled on return.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_every, parallel, flush_bytes,
-                       resolve_max_record_bytes(max_record_bytes))
+        return _ingest(paths, warehouse, opts, progress)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_every, parallel,
-            flush_bytes, max_record_bytes) -> IngestSummary:
+def _ingest(paths, warehouse, opts: IngestOptions, progress) -> IngestSummary:
+    """``ingest`` with the garbage collector off and ``opts.max_record_bytes`` resolved to bytes."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    source = opts.source
     if source is not None:  # it becomes part of the run ids, so of partition paths: the one naming rule
         check_name(source, "ingest source name (--source)")
     t0 = time.perf_counter()
     started = _now()
-    forced = None if format == "auto" else get_reader(format)
+    forced = None if opts.format == "auto" else get_reader(opts.format)
     files = expand_paths(paths)
     summary = IngestSummary()
     load_id = f"ingest-{started.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
@@ -377,7 +392,8 @@ def _ingest(paths, warehouse, format, source, progress, max_field_bytes, flush_e
             ctx = UnitContext(
                 path=f, companions=comps, source_file=source_file, run_id="", load_id=load_id,
                 source_format=reader.name, experiment=source or reader.name, sink=Sink(load_id),
-                max_field_bytes=max_field_bytes, max_record_bytes=max_record_bytes, flush_every=flush_every, parallel=parallel, flush_bytes=flush_bytes,
+                max_field_bytes=opts.max_field_bytes, max_record_bytes=opts.max_record_bytes,
+                flush_every=opts.flush_every, parallel=opts.parallel, flush_bytes=opts.flush_bytes,
                 on_bytes=on_bytes if f.suffix not in (".gz", ".zst", ".zstd") else None, staging_dir=str(wh.staging_dir),
                 known_runs=by_experiment, unit=unit,
                 stored_keys=lambda run_id: attempt_keys(wh.read("episodes", list(ATTEMPT_KEY), run_id, w.snap)),

@@ -136,7 +136,7 @@ def read_serial(ctx: UnitContext):
                 _end_chunk(st)
                 yield
         if st.seen is None:
-            _finish(ctx, st.any_line, st.attempts, st.fid, st.file_total, st.file_dropped, st.run_prov, st.goals[0])
+            _finish(ctx, st)
         else:
             _end_chunk(st)
             finish_indexed(ctx, st.seen, st.any_line, st.file_total, st.file_dropped, st.run_prov, st.goals[0])
@@ -259,15 +259,16 @@ def _parse(ctx: UnitContext, st: _State, lines, offset_base: int = 0):
             yield
 
 
-def _finish(ctx, any_line, attempts, fid, file_total, file_dropped, run_prov, goals) -> None:
-    if not any_line:
+def _finish(ctx: UnitContext, st: _State) -> None:
+    """The end of a file read in one chunk: its ``import_fidelity`` rows (per episode, then the file's)."""
+    if not st.any_line:
         ctx.error(None, 0, "empty_file", "the file holds no records")
-    ctx.episodes = len(attempts)
-    for eid, (total, conv, dropped) in fid.items():
+    ctx.episodes = len(st.attempts)
+    for eid, (total, conv, dropped) in st.fid.items():
         ctx.fidelity(eid, total, conv, 0, dropped)
-    if file_total or not any_line:
-        ctx.fidelity("file", file_total, 0, 0, file_dropped)
-    _provenance_note(ctx, run_prov, goals)
+    if st.file_total or not st.any_line:
+        ctx.fidelity("file", st.file_total, 0, 0, st.file_dropped)
+    _provenance_note(ctx, st.run_prov, st.goals[0])
 
 
 def finish_indexed(ctx: UnitContext, seen: EpisodeIndex, any_line, file_total, file_dropped, run_prov,

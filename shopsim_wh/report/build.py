@@ -15,6 +15,7 @@ import duckdb
 
 from ..core.errors import ShopsimError
 from . import charts, queries
+from .charts import Axis, ChartData
 from .document import Report, Section, Table
 from .exports_section import export_rows, read_manifests
 
@@ -168,14 +169,17 @@ def _outcomes_part(con, d: Domain, group_by: str) -> Section:
         s.notes.append(f"No completed {d.unit} with a reward in these runs.")
         return s
     s.charts.append(charts.mean_sem_bars(
-        f"{d.key}_reward", f"Reward and success by {series} (mean ± SEM)", rows, "grp", series, d.colour,
-        d.colour.removesuffix("_id"), "mean over completed episodes (0-1)", facet="metric",
-        columns=["grp", "checkpoint_id", "source", "runs", "metric", "n", "mean", "sem", "lo", "hi"]))
+        ChartData(f"{d.key}_reward", f"Reward and success by {series} (mean ± SEM)", rows,
+                  ["grp", "checkpoint_id", "source", "runs", "metric", "n", "mean", "sem", "lo", "hi"]),
+        Axis("grp", series), Axis(d.colour, d.colour.removesuffix("_id")),
+        "mean over completed episodes (0-1)", facet="metric"))
     comps = queries.rows(con, "components", {"domain": d.key}) if d.components else []
     if comps:
         s.charts.append(charts.grouped_bars(
-            f"{d.key}_components", f"Reward components r_* by {series} (mean)", comps, "component", "component",
-            "mean", "mean over completed episodes that have it (0-1)", "grp", series, ["grp", "component", "mean"]))
+            ChartData(f"{d.key}_components", f"Reward components r_* by {series} (mean)", comps,
+                      ["grp", "component", "mean"]),
+            Axis("component", "component"), Axis("mean", "mean over completed episodes that have it (0-1)"),
+            Axis("grp", series)))
     return s
 
 
@@ -188,21 +192,25 @@ def _failures_part(con, d: Domain, group_by: str) -> Section:
     p = {"domain": d.key}
     if d.endings:
         s.charts.append(charts.grouped_bars(
-            f"{d.key}_termination", f"Termination reasons by {series} (share of {d.unit}s)",
-            queries.rows(con, "termination", p), "grp", series, "share", f"share of the {series}'s {d.unit}s (0-1)",
-            "termination", "termination", ["grp", "termination", "episodes", "share"], stack=True))
+            ChartData(f"{d.key}_termination", f"Termination reasons by {series} (share of {d.unit}s)",
+                      queries.rows(con, "termination", p), ["grp", "termination", "episodes", "share"]),
+            Axis("grp", series), Axis("share", f"share of the {series}'s {d.unit}s (0-1)"),
+            Axis("termination", "termination"), stack=True))
     codes = queries.rows(con, "error_codes", p)
     if not codes:
         s.notes.append("No error labels in these runs.")
         return s
     s.charts.append(charts.grouped_bars(
-        f"{d.key}_error_codes", f"Error codes by {series} ({d.unit}s with the code)", codes, "code", "error code",
-        "episodes", f"{d.unit}s (count)", "grp", series, ["grp", "code", "category", "scope", "episodes", "labels"]))
+        ChartData(f"{d.key}_error_codes", f"Error codes by {series} ({d.unit}s with the code)", codes,
+                  ["grp", "code", "category", "scope", "episodes", "labels"]),
+        Axis("code", "error code"), Axis("episodes", f"{d.unit}s (count)"), Axis("grp", series)))
     steps = queries.rows(con, "error_steps", p)
     if steps:
         s.charts.append(charts.heatmap(
-            f"{d.key}_error_steps", "Where errors happen: error code by step", steps, "step_idx",
-            "step (0-based model turn)", "code", "error code", "labels", "labels (count)", ["code", "step_idx", "labels"]))
+            ChartData(f"{d.key}_error_steps", "Where errors happen: error code by step", steps,
+                      ["code", "step_idx", "labels"]),
+            Axis("step_idx", "step (0-based model turn)"), Axis("code", "error code"),
+            Axis("labels", "labels (count)")))
     return s
 
 
@@ -214,14 +222,16 @@ def _effort_part(con, d: Domain, group_by: str) -> Section:
     top = queries.scalar_row(con, "token_max", p)
     if top.get("max_steps") is not None:
         s.charts.append(charts.histogram(
-            f"{d.key}_step_hist", f"Model steps per {u}", queries.rows(con, "step_hist", p), "model_steps", None,
-            f"model steps per {u} (steps)", f"{u}s (count)", series, ["grp", "model_steps", "episodes"]))
+            ChartData(f"{d.key}_step_hist", f"Model steps per {u}", queries.rows(con, "step_hist", p),
+                      ["grp", "model_steps", "episodes"]),
+            Axis("model_steps", f"model steps per {u} (steps)"), None, f"{u}s (count)", series))
     if top.get("max_tokens"):
         width = _nice(top["max_tokens"] / 20)
         s.charts.append(charts.histogram(
-            f"{d.key}_token_hist", f"Tokens per {u} (in + out, bins of {width:,})",
-            queries.rows(con, "token_hist", p | {"width": width}), "bin_start", "bin_end",
-            f"tokens per {u} (tokens)", f"{u}s (count)", series, ["grp", "bin_start", "bin_end", "episodes"]))
+            ChartData(f"{d.key}_token_hist", f"Tokens per {u} (in + out, bins of {width:,})",
+                      queries.rows(con, "token_hist", p | {"width": width}),
+                      ["grp", "bin_start", "bin_end", "episodes"]),
+            Axis("bin_start", f"tokens per {u} (tokens)"), "bin_end", f"{u}s (count)", series))
     if not s.charts:
         s.notes.append(f"No completed {u} with steps or tokens in these runs.")
     cost = queries.rows(con, "cost", p)
@@ -229,9 +239,9 @@ def _effort_part(con, d: Domain, group_by: str) -> Section:
     unpriced = sorted({m for r in cost if not r["priced"] for m in r["model_name"].split(", ")})
     if priced:
         s.charts.append(charts.mean_sem_bars(
-            f"{d.key}_cost", f"Cost per {u} by {series} (USD, mean ± SEM)", priced, "grp", series, "model_name",
-            "model", f"cost per completed {u} (USD)",
-            columns=["grp", "model_name", "episodes", "usd_mean", "usd_sem", "usd_total"]))
+            ChartData(f"{d.key}_cost", f"Cost per {u} by {series} (USD, mean ± SEM)", priced,
+                      ["grp", "model_name", "episodes", "usd_mean", "usd_sem", "usd_total"]),
+            Axis("grp", series), Axis("model_name", "model"), f"cost per completed {u} (USD)"))
     if unpriced:
         s.notes.append("No price for model(s) " + ", ".join(unpriced) + ": cost is left out. Price them with "
                        "`--price MODEL=USD_IN,USD_OUT` (USD per million tokens) or replace the `model_prices` view.")
@@ -248,9 +258,10 @@ def _pass_at_k_part(con, d: Domain, group_by: str) -> Section:
         s.notes.append("No task with a completed sample in these runs.")
         return s
     rows = queries.rows(con, "pass_at_k", {"domain": d.key, "kmax": min(int(repeats), MAX_K)})
-    s.charts.append(charts.lines(f"{d.key}_pass_at_k", f"pass@k and pass^k by {series}", rows, "k",
-                                 "k (samples per task)", "share of tasks (0-1)", ["pass_at_k", "pass_hat_k"], series,
-                                 ["grp", "k", "tasks", "pass_at_k", "pass_hat_k"]))
+    s.charts.append(charts.lines(
+        ChartData(f"{d.key}_pass_at_k", f"pass@k and pass^k by {series}", rows,
+                  ["grp", "k", "tasks", "pass_at_k", "pass_hat_k"]),
+        Axis("k", "k (samples per task)"), "share of tasks (0-1)", ["pass_at_k", "pass_hat_k"], series))
     if repeats == 1:
         s.notes.append("Every task has one sample: the curve is a single point (run more repeats for pass@k).")
     return s
@@ -264,24 +275,26 @@ def _tools_part(con, d: Domain, group_by: str) -> Section:
     tools = queries.rows(con, "coding_tools", p)
     if tools:
         s.charts.append(charts.grouped_bars(
-            f"{d.key}_tools", f"Tool calls by tool and {series}", tools, "tool_name", "tool", "calls",
-            "tool calls (count)", "grp", series, ["grp", "tool_name", "tool_type", "calls", "errors", "error_rate"],
-            stack=True))
+            ChartData(f"{d.key}_tools", f"Tool calls by tool and {series}", tools,
+                      ["grp", "tool_name", "tool_type", "calls", "errors", "error_rate"]),
+            Axis("tool_name", "tool"), Axis("calls", "tool calls (count)"), Axis("grp", series), stack=True))
     if tools and not any(r["errors"] for r in tools):
         s.notes.append("No tool call's result reported an error (is_error) in these runs.")
     elif tools:
         s.charts.append(charts.grouped_bars(
-            f"{d.key}_tool_errors", f"Tool error rate by tool and {series}", tools, "tool_name", "tool",
-            "error_rate", "calls whose result was an error (share, 0-1)", "grp", series,
-            ["grp", "tool_name", "calls", "errors", "error_rate"]))
+            ChartData(f"{d.key}_tool_errors", f"Tool error rate by tool and {series}", tools,
+                      ["grp", "tool_name", "calls", "errors", "error_rate"]),
+            Axis("tool_name", "tool"), Axis("error_rate", "calls whose result was an error (share, 0-1)"),
+            Axis("grp", series)))
     else:
         s.notes.append("No tool calls in these runs.")
     agents = queries.rows(con, "coding_agents", p)
     if agents:
         s.charts.append(charts.grouped_bars(
-            f"{d.key}_agents", f"Sub-agents by {series} and role", agents, "grp", series, "agents",
-            "sub-agents (count)", "agent_role", "role", ["grp", "agent_role", "agents", "steps", "tokens",
-                                                         "series_subagent_failures"], stack=True))
+            ChartData(f"{d.key}_agents", f"Sub-agents by {series} and role", agents,
+                      ["grp", "agent_role", "agents", "steps", "tokens", "series_subagent_failures"]),
+            Axis("grp", series), Axis("agents", "sub-agents (count)"), Axis("agent_role", "role"),
+            stack=True))
     else:
         s.notes.append("No sub-agents in these runs.")
     return s
@@ -312,41 +325,61 @@ def _exports_section(manifests, run_ids: list[str]) -> Section:
     return s
 
 
-def build(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None, experiment: str | None = None,
-          gate: tuple[str, str] | None = None, prices: dict[str, tuple[float, float]] | None = None,
-          bootstrap: int = 1000, seed: int = 0, warehouse: str = "", progress: Progress | None = None,
-          exports: list[str] | None = None, group_by: str = "run") -> Report:
+@dataclass(frozen=True)
+class ReportOptions:
+    """What the report covers and how: the runs, the series, the paired gate, extra prices, the exports.
+
+    ``runs`` / ``experiment``: the runs to cover (default: every run). ``group_by``: ``run`` (every run its
+    own series) or ``checkpoint`` (a checkpoint's runs pooled). ``gate``: (bare run, treatment run) for the
+    paired-gate section, fitted with ``bootstrap`` resamples and ``seed``. ``prices``: model -> (USD per Mtok
+    in, out) added to ``model_prices`` on this connection. ``exports``: directories (or manifest files) of
+    ``shopsim-wh export`` runs; the exports that read these runs get a section of their own.
+    """
+
+    runs: list[str] | None = None
+    experiment: str | None = None
+    gate: tuple[str, str] | None = None
+    prices: dict[str, tuple[float, float]] | None = None
+    bootstrap: int = 1000
+    seed: int = 0
+    exports: list[str] | None = None
+    group_by: str = "run"
+
+
+def build(con: duckdb.DuckDBPyConnection, options: ReportOptions | None = None, warehouse: str = "",
+          progress: Progress | None = None) -> Report:
     """Build the report's sections over an open connection (:func:`shopsim_wh.engines.db.connect`): one per domain
     present (:data:`DOMAINS`), then the gate and the exports.
 
-    ``group_by``: ``run`` (every run its own series) or ``checkpoint`` (a checkpoint's runs pooled).
-    ``gate``: (bare run, treatment run) for the paired-gate section. ``prices``: model -> (USD per Mtok in, out)
-    added to ``model_prices`` on this connection. ``exports``: directories (or manifest files) of
-    ``shopsim-wh export`` runs; the exports that read these runs get a section of their own.
+    ``options``: what to cover (:class:`ReportOptions`; default: every run, one series per run).
+    ``warehouse``: the location named in the page's header. ``progress``: called with (done, total, step) as
+    the steps run.
     """
     from .gate_section import gate_section
 
-    if group_by not in GROUP_BY:
-        raise ReportError(f"--group-by takes {' or '.join(GROUP_BY)}, not {group_by!r}")
+    o = options or ReportOptions()
+    if o.group_by not in GROUP_BY:
+        raise ReportError(f"--group-by takes {' or '.join(GROUP_BY)}, not {o.group_by!r}")
     t0 = time.perf_counter()
-    run_ids = select_runs(con, runs, experiment)
-    manifests = read_manifests(exports) if exports else None  # read before the work: a wrong path fails at once
-    if prices:
-        set_prices(con, prices)
-    queries.install_selection(con, run_ids, CODING_SOURCES, group_by)
+    run_ids = select_runs(con, o.runs, o.experiment)
+    # read before the work: a wrong path fails at once
+    manifests = read_manifests(o.exports) if o.exports else None
+    if o.prices:
+        set_prices(con, o.prices)
+    queries.install_selection(con, run_ids, CODING_SOURCES, o.group_by)
     present = dict(con.execute("SELECT domain, list(run_id ORDER BY pos) FROM report_runs GROUP BY domain").fetchall())
     sections: list[Section] = []
     steps: list[tuple[str, Callable]] = [("error labels", queries.install_labels)]
     for d in DOMAINS:
         if d.key in present:
-            sec, more = _domain_plan(con, d, group_by)
+            sec, more = _domain_plan(con, d, o.group_by)
             sections.append(sec)
             steps += more
     gate_info: dict | None = None
-    if gate:
+    if o.gate:
         def add_gate(c):
             nonlocal gate_info
-            sec, gate_info = gate_section(c, gate[0], gate[1], bootstrap, seed)
+            sec, gate_info = gate_section(c, o.gate[0], o.gate[1], o.bootstrap, o.seed)
             sections.append(sec)
         steps.append(("paired gate", add_gate))
     if manifests is not None:
@@ -357,7 +390,7 @@ def build(con: duckdb.DuckDBPyConnection, runs: list[str] | None = None, experim
         fn(con)
     if progress:
         progress(len(steps), len(steps), "done")
-    title = f"shopsim-wh report: {experiment}" if experiment else "shopsim-wh report"
+    title = f"shopsim-wh report: {o.experiment}" if o.experiment else "shopsim-wh report"
     return Report(title, warehouse, run_ids, sections, datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                  gate=gate_info, seconds=time.perf_counter() - t0, group_by=group_by,
+                  gate=gate_info, seconds=time.perf_counter() - t0, group_by=o.group_by,
                   domains={d.key: present[d.key] for d in DOMAINS if d.key in present})

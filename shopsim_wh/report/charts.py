@@ -1,6 +1,7 @@
 """Vega-Lite specs for the report's charts: plain dicts, data inline, every axis titled with its unit.
 
-Each builder takes the rows of one query (list of dicts) and returns a :class:`Chart`: the spec plus the rows and
+Each builder takes a :class:`ChartData` (key, title, the rows of one query as a list of dicts, the table's
+columns) and the :class:`Axis` values it draws, and returns a :class:`Chart`: the spec plus the rows and
 columns the page prints as the chart's table fallback. Builders never query; :mod:`.build` does.
 """
 
@@ -23,6 +24,32 @@ class Chart:
     rows: list[dict]
     columns: list[str]
     units: dict[str, str] = field(default_factory=dict)  # column -> unit, shown in the table header
+
+
+@dataclass(frozen=True)
+class ChartData:
+    """What every chart has besides its spec: key (the element id), title, the query's rows, and the columns
+    (and their units) of the table printed as the chart's fallback."""
+
+    key: str
+    title: str
+    rows: list[dict]
+    columns: list[str] = field(default_factory=list)  # empty: the builder's default (mean_sem_bars) or none
+    units: dict[str, str] = field(default_factory=dict)  # column -> unit, shown in the table header
+
+    def chart(self, spec: dict, columns: list[str] | None = None) -> Chart:
+        """The :class:`Chart` of ``spec`` over these rows; ``columns`` overrides the table's columns."""
+        return Chart(self.key, self.title, spec, self.rows, self.columns if columns is None else columns,
+                     dict(self.units))
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A column drawn on one channel (x, y, colour, ...) and the title its axis or legend shows, with the
+    unit."""
+
+    column: str
+    title: str
 
 
 def band_height(bars: int) -> int:
@@ -58,85 +85,83 @@ def _tooltip(*fields: str) -> list[dict]:
     return [{"field": f} for f in fields]
 
 
-def mean_sem_bars(key: str, title: str, rows: list[dict], y: str, y_title: str, color: str, color_title: str,
-                  x_title: str, facet: str | None = None, columns: list[str] | None = None,
-                  units: dict | None = None) -> Chart:
+def mean_sem_bars(data: ChartData, y: Axis, color: Axis, x_title: str, facet: str | None = None) -> Chart:
     """One horizontal bar of ``mean`` per ``y`` value (in data order) with a rule from ``lo`` to ``hi``
     (mean -/+ SEM), coloured by ``color``; ``facet`` splits into columns sharing the rows."""
-    enc = {"y": _n(y, y_title, sort=None)}
+    rows = data.rows
+    enc = {"y": _n(y.column, y.title, sort=None)}
+    tooltip = _tooltip(*(data.columns or [y.column, color.column, "mean", "sem", "n"]))
     layer = {"layer": [
-        {"mark": {"type": "bar"}, "encoding": {**enc, "x": _q("mean", x_title), "color": _n(color, color_title, sort=None),
-                                                "tooltip": _tooltip(*(columns or [y, color, "mean", "sem", "n"]))}},
+        {"mark": {"type": "bar"}, "encoding": {**enc, "x": _q("mean", x_title),
+                                                "color": _n(color.column, color.title, sort=None),
+                                                "tooltip": tooltip}},
         {"mark": {"type": "rule", "strokeWidth": 1.5, "color": "#222"},
          "encoding": {**enc, "x": _q("lo", x_title), "x2": {"field": "hi"}}},
     ]}
-    bars = _count(rows, y)
+    bars = _count(rows, y.column)
     if facet:
-        spec = {"$schema": SCHEMA, "title": title, "data": {"values": rows}, "usermeta": {"bars": bars},
+        spec = {"$schema": SCHEMA, "title": data.title, "data": {"values": rows}, "usermeta": {"bars": bars},
                 "facet": {"column": _n(facet, None)},
                 "spec": {"width": WIDTH // 2 - 20, "height": band_height(bars), **layer},
                 "config": {"view": {"stroke": None}, "axis": {"labelLimit": 220}, "legend": LEGEND}}
     else:
-        spec = _spec(title, rows, layer, bars=bars)
-    cols = columns or ([c for c in (y, color, facet, "n", "mean", "sem", "lo", "hi") if c] if rows else [])
-    return Chart(key, title, spec, rows, list(dict.fromkeys(cols)), units or {})
+        spec = _spec(data.title, rows, layer, bars=bars)
+    cols = data.columns or ([c for c in (y.column, color.column, facet, "n", "mean", "sem", "lo", "hi") if c]
+                            if rows else [])
+    return data.chart(spec, list(dict.fromkeys(cols)))
 
 
-def grouped_bars(key: str, title: str, rows: list[dict], cat: str, cat_title: str, value: str, value_title: str,
-                 color: str, color_title: str, columns: list[str], stack: bool = False,
-                 units: dict | None = None) -> Chart:
+def grouped_bars(data: ChartData, cat: Axis, value: Axis, color: Axis, stack: bool = False) -> Chart:
     """Horizontal bars of ``value`` per ``cat`` (in data order), one bar per ``color`` value side by side, or
     stacked into one with ``stack``; the height follows the number of bars."""
-    enc = {"y": _n(cat, cat_title, sort=None), "x": _q(value, value_title, **({} if stack else {"stack": None})),
-           "color": _n(color, color_title, sort=None), "tooltip": _tooltip(*columns)}
+    enc = {"y": _n(cat.column, cat.title, sort=None),
+           "x": _q(value.column, value.title, **({} if stack else {"stack": None})),
+           "color": _n(color.column, color.title, sort=None), "tooltip": _tooltip(*data.columns)}
     if not stack:
-        enc["yOffset"] = {"field": color}
-    bars = _count(rows, cat) * (1 if stack else max(1, _count(rows, color)))
-    return Chart(key, title, _spec(title, rows, {"mark": {"type": "bar"}, "encoding": enc}, bars=bars), rows,
-                 columns, units or {})
+        enc["yOffset"] = {"field": color.column}
+    bars = _count(data.rows, cat.column) * (1 if stack else max(1, _count(data.rows, color.column)))
+    return data.chart(_spec(data.title, data.rows, {"mark": {"type": "bar"}, "encoding": enc}, bars=bars))
 
 
-def histogram(key: str, title: str, rows: list[dict], start: str, end: str | None, x_title: str, y_title: str,
-              series_title: str, columns: list[str], units: dict | None = None) -> Chart:
-    """Binned counts per series (``grp``), drawn as translucent bars over each other. ``end``: the bin's upper
-    edge (quantitative bins); None for integer values (one ordinal bar per value)."""
+def histogram(data: ChartData, x: Axis, end: str | None, y_title: str, series_title: str) -> Chart:
+    """Binned counts per series (``grp``), drawn as translucent bars over each other. ``x``: the bin's lower
+    edge; ``end``: its upper edge (quantitative bins), None for integer values (one ordinal bar per value)."""
     if end:
-        x = _q(start, x_title, bin={"binned": True})
+        xenc = _q(x.column, x.title, bin={"binned": True})
         extra = {"x2": {"field": end}}
     else:
-        x = {"field": start, "type": "ordinal", "title": x_title, "axis": {"labelAngle": 0}}
+        xenc = {"field": x.column, "type": "ordinal", "title": x.title, "axis": {"labelAngle": 0}}
         extra = {}
-    enc = {"x": x, **extra, "y": _q("episodes", y_title, stack=None), "color": _n("grp", series_title, sort=None),
-           "tooltip": _tooltip(*columns)}
+    enc = {"x": xenc, **extra, "y": _q("episodes", y_title, stack=None),
+           "color": _n("grp", series_title, sort=None), "tooltip": _tooltip(*data.columns)}
     mark = {"type": "bar", "opacity": 0.55}
-    return Chart(key, title, _spec(title, rows, {"mark": mark, "encoding": enc}), rows, columns, units or {})
+    return data.chart(_spec(data.title, data.rows, {"mark": mark, "encoding": enc}))
 
 
-def heatmap(key: str, title: str, rows: list[dict], x: str, x_title: str, y: str, y_title: str, value: str,
-            value_title: str, columns: list[str]) -> Chart:
-    enc = {"x": {"field": x, "type": "ordinal", "title": x_title, "axis": {"labelAngle": 0}},
-           "y": _n(y, y_title), "color": _q(value, value_title, scale={"scheme": "oranges"}),
-           "tooltip": _tooltip(*columns)}
-    spec = _spec(title, rows, {"mark": {"type": "rect"}, "encoding": enc}, bars=_count(rows, y))
-    return Chart(key, title, spec, rows, columns)
+def heatmap(data: ChartData, x: Axis, y: Axis, value: Axis) -> Chart:
+    """One cell per (``x``, ``y``), shaded by ``value``."""
+    enc = {"x": {"field": x.column, "type": "ordinal", "title": x.title, "axis": {"labelAngle": 0}},
+           "y": _n(y.column, y.title), "color": _q(value.column, value.title, scale={"scheme": "oranges"}),
+           "tooltip": _tooltip(*data.columns)}
+    return data.chart(_spec(data.title, data.rows, {"mark": {"type": "rect"}, "encoding": enc},
+                            bars=_count(data.rows, y.column)))
 
 
-def lines(key: str, title: str, rows: list[dict], x: str, x_title: str, value_title: str, fold: list[str],
-          series_title: str, columns: list[str]) -> Chart:
+def lines(data: ChartData, x: Axis, value_title: str, fold: list[str], series_title: str) -> Chart:
     """One line per series (``grp``) and measure (``fold``: the columns drawn, as dash styles)."""
-    enc = {"x": {"field": x, "type": "quantitative", "title": x_title, "axis": {"tickMinStep": 1}},
+    enc = {"x": {"field": x.column, "type": "quantitative", "title": x.title, "axis": {"tickMinStep": 1}},
            "y": _q("value", value_title, scale={"domain": [0, 1]}), "color": _n("grp", series_title, sort=None),
-           "strokeDash": _n("measure", "measure"), "tooltip": _tooltip(x, "grp", "measure", "value")}
-    spec = _spec(title, rows, {"transform": [{"fold": fold, "as": ["measure", "value"]},
-                                             {"filter": "isValid(datum.value)"}],
-                               "mark": {"type": "line", "point": True}, "encoding": enc})
-    return Chart(key, title, spec, rows, columns)
+           "strokeDash": _n("measure", "measure"), "tooltip": _tooltip(x.column, "grp", "measure", "value")}
+    spec = _spec(data.title, data.rows, {"transform": [{"fold": fold, "as": ["measure", "value"]},
+                                                       {"filter": "isValid(datum.value)"}],
+                                         "mark": {"type": "line", "point": True}, "encoding": enc})
+    return data.chart(spec)
 
 
-def estimates(key: str, title: str, rows: list[dict], columns: list[str], x_title: str) -> Chart:
+def estimates(data: ChartData, x_title: str) -> Chart:
     """Points at ``beta`` with a rule over the confidence interval, and a zero line."""
-    y = _n("name", "covariate")
-    spec = _spec(title, rows, bars=_count(rows, "name"), layers_or_mark={"layer": [
+    y, columns = _n("name", "covariate"), data.columns
+    spec = _spec(data.title, data.rows, bars=_count(data.rows, "name"), layers_or_mark={"layer": [
         {"mark": {"type": "rule", "strokeWidth": 2}, "encoding": {
             "y": y, "x": _q("ci_low", x_title), "x2": {"field": "ci_high"}, "tooltip": _tooltip(*columns)}},
         {"mark": {"type": "point", "filled": True, "size": 80}, "encoding": {
@@ -144,15 +169,15 @@ def estimates(key: str, title: str, rows: list[dict], columns: list[str], x_titl
         {"data": {"values": [{"zero": 0}]}, "mark": {"type": "rule", "strokeDash": [4, 4], "color": "#888"},
          "encoding": {"x": {"field": "zero", "type": "quantitative"}}},
     ]})
-    return Chart(key, title, spec, rows, columns)
+    return data.chart(spec)
 
 
-def deltas(key: str, title: str, rows: list[dict], columns: list[str], y_title: str) -> Chart:
+def deltas(data: ChartData, y_title: str) -> Chart:
     """One bar per task, sorted by delta, coloured by its sign."""
     enc = {"x": {"field": "task", "type": "nominal", "title": "task (sorted by delta)", "sort": "-y",
-                 "axis": {"labels": len(rows) <= 40, "labelAngle": -60}},
+                 "axis": {"labels": len(data.rows) <= 40, "labelAngle": -60}},
            "y": _q("delta", y_title),
            "color": {"field": "sign", "type": "nominal", "title": "effect",
                      "scale": {"domain": ["helped", "no change", "hurt"], "range": ["#2a9d8f", "#bbbbbb", "#e76f51"]}},
-           "tooltip": _tooltip(*columns)}
-    return Chart(key, title, _spec(title, rows, {"mark": {"type": "bar"}, "encoding": enc}), rows, columns)
+           "tooltip": _tooltip(*data.columns)}
+    return data.chart(_spec(data.title, data.rows, {"mark": {"type": "bar"}, "encoding": enc}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import duckdb
 
 from . import charts, queries
+from .charts import ChartData
 from .document import Section, Table
 
 
@@ -41,13 +42,13 @@ def _recorded(con: duckdb.DuckDBPyConnection, bare: str, treatment: str, s: Sect
 
 def gate_section(con: duckdb.DuckDBPyConnection, bare: str, treatment: str, bootstrap: int, seed: int):
     """(Section, summary dict) for ``--gate bare:treatment``; a refused gate is a section with the reason."""
-    from ..analytics.gate import GateError, gate
+    from ..analytics.gate import GateError, GateOptions, gate
 
     s = Section("gate", f"Paired gate: {bare} vs {treatment}",
                 "Per job completed in both runs, delta = treatment reward - bare reward, regressed on one indicator "
                 "per selected skill (docs/gate.md). Intervals are the paired bootstrap's.")
     try:
-        res = gate(con, bare, treatment, bootstrap=bootstrap, seed=seed)
+        res = gate(con, bare, treatment, GateOptions(bootstrap=bootstrap, seed=seed))
     except GateError as exc:
         s.badge = "refused"
         s.notes.append(f"The gate cannot be fitted: {exc}")
@@ -57,15 +58,16 @@ def gate_section(con: duckdb.DuckDBPyConnection, bare: str, treatment: str, boot
     est = [dict(c.to_dict(), verdict=_verdict(c, res.alpha)) for c in res.coefficients]
     cols = ["name", "beta", "se", "t", "p", "ci_low", "ci_high", "verdict"]
     s.charts.append(charts.estimates(
-        "gate_estimates", f"Gate estimates with {100 * (1 - res.alpha):.0f}% bootstrap intervals", est, cols,
-        "effect on reward per episode (beta, reward units)"))
+        ChartData("gate_estimates", f"Gate estimates with {100 * (1 - res.alpha):.0f}% bootstrap intervals",
+                  est, cols), "effect on reward per episode (beta, reward units)"))
     deltas = queries.rows(con, "gate_deltas", {"bare": bare, "treatment": treatment})
     for r in deltas:
         r["task"] = str(r["task_id"])
         r["sign"] = "helped" if r["delta"] > 0 else "hurt" if r["delta"] < 0 else "no change"
     s.charts.append(charts.deltas(
-        "gate_deltas", "Per-task paired deltas (treatment - bare, mean over samples)", deltas,
-        ["task_id", "pairs", "bare", "treatment", "delta"], "delta reward (treatment - bare, reward units)"))
+        ChartData("gate_deltas", "Per-task paired deltas (treatment - bare, mean over samples)", deltas,
+                  ["task_id", "pairs", "bare", "treatment", "delta"]),
+        "delta reward (treatment - bare, reward units)"))
     s.notes.append(f"Decision: {res.decision.upper()} over {res.n_pairs} pairs (coverage {res.coverage:.3f}, "
                    f"alpha {res.alpha}, {res.bootstrap} bootstrap resamples, seed {res.seed}). Rule: {res.rule}.")
     s.notes += res.notes

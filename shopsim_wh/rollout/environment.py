@@ -53,7 +53,7 @@ from typing import Any
 
 import httpx
 
-from ..core.config import public_url
+from ..core.config import Environment, public_url
 from ..core.errors import (
     EnvironmentError_,
     EnvProtocolError,
@@ -257,25 +257,43 @@ async def read_health(client: httpx.AsyncClient, dialect: str) -> dict:
     return doc
 
 
+@dataclass(frozen=True)
+class AdapterOptions:
+    """How an adapter talks to its server: the config's ``environment:`` persona and timeouts, and whether the server
+    honours ``request_id`` (``GET /healthz``: ``idempotency_keys``; shop_env only)."""
+
+    persona: bool = False
+    timeout_s: float = 60.0
+    lease_timeout_s: float = LEASE_TIMEOUT_S  # a reset's wait for a free slot
+    idempotent: bool = False
+    interaction_mode: str = "single_turn"  # shop_env only
+    endpoint: str = "api/shop_agent"
+
+    @classmethod
+    def from_config(cls, env: Environment, idempotent: bool = False) -> AdapterOptions:
+        return cls(persona=env.persona, timeout_s=env.timeout_s, lease_timeout_s=env.lease_timeout_s,
+                   idempotent=idempotent)
+
+
 class ShopEnvAdapter:
     """One instance owns at most one shop_env lease (one episode)."""
 
     dialect = "shop_env"
     fidelity = "canonical"
 
-    def __init__(self, client: httpx.AsyncClient, persona: bool = False, interaction_mode: str = "single_turn",
-                 timeout_s: float = 60.0, endpoint: str = "api/shop_agent", idempotent: bool = False,
-                 lease_timeout_s: float = LEASE_TIMEOUT_S, book: LeaseBook | None = None):
+    def __init__(self, client: httpx.AsyncClient, options: AdapterOptions | None = None,
+                 book: LeaseBook | None = None):
+        o = options if options is not None else AdapterOptions()
         self.client = client
-        self.lease_timeout_s = lease_timeout_s
+        self.lease_timeout_s = o.lease_timeout_s
         self.book = book if book is not None else LeaseBook()
         self.counted = False  # this adapter is in book.held
-        self.idempotent = idempotent  # the server honours request_id (GET /healthz: idempotency_keys)
-        self.persona = persona
-        self.hidden = hidden_fields(persona)
-        self.interaction_mode = interaction_mode
-        self.timeout_s = timeout_s
-        self.endpoint = endpoint
+        self.idempotent = o.idempotent  # the server honours request_id (GET /healthz: idempotency_keys)
+        self.persona = o.persona
+        self.hidden = hidden_fields(o.persona)
+        self.interaction_mode = o.interaction_mode
+        self.timeout_s = o.timeout_s
+        self.endpoint = o.endpoint
         self.env_idx: int | None = None
         self.lease_id: str | None = None
         self.environment_version: str | None = None
@@ -424,14 +442,14 @@ class PiSlimeAdapter:
     dialect = "pi-slime"
     fidelity = "parsed_text"
 
-    def __init__(self, client: httpx.AsyncClient, persona: bool = False, timeout_s: float = 60.0,
-                 endpoint: str = "api/shop_agent", lease_timeout_s: float = LEASE_TIMEOUT_S):
+    def __init__(self, client: httpx.AsyncClient, options: AdapterOptions | None = None):
+        o = options if options is not None else AdapterOptions()
         self.client = client
-        self.lease_timeout_s = lease_timeout_s
-        self.persona = persona
-        self.hidden = hidden_fields(persona)
-        self.timeout_s = timeout_s
-        self.endpoint = endpoint
+        self.lease_timeout_s = o.lease_timeout_s
+        self.persona = o.persona
+        self.hidden = hidden_fields(o.persona)
+        self.timeout_s = o.timeout_s
+        self.endpoint = o.endpoint
         self.session_id = uuid.uuid4().hex
         self.env_idx: int | None = None
         self.released = False
@@ -538,11 +556,10 @@ class PiSlimeAdapter:
         await self._call({"action": "release_one", "env_idx": self.env_idx}, "release_one")
 
 
-def make_adapter(dialect: str, client: httpx.AsyncClient, persona: bool = False, timeout_s: float = 60.0,
-                 idempotent: bool = False, lease_timeout_s: float = LEASE_TIMEOUT_S, book: LeaseBook | None = None):
+def make_adapter(dialect: str, client: httpx.AsyncClient, options: AdapterOptions | None = None,
+                 book: LeaseBook | None = None):
     if dialect == "shop_env":
-        return ShopEnvAdapter(client, persona=persona, timeout_s=timeout_s, idempotent=idempotent,
-                              lease_timeout_s=lease_timeout_s, book=book)
+        return ShopEnvAdapter(client, options, book)
     if dialect == "pi-slime":
-        return PiSlimeAdapter(client, persona=persona, timeout_s=timeout_s, lease_timeout_s=lease_timeout_s)
+        return PiSlimeAdapter(client, options)
     raise ValueError(f"environment.dialect {dialect!r}: use shop_env or pi-slime")

@@ -29,6 +29,7 @@ from ..store.warehouse import Warehouse, Writer
 from .committer import SOURCE_FORMAT, Committer
 from .environment import (
     PRIMARY_REWARD,
+    AdapterOptions,
     LeaseBook,
     LeaseTimeout,
     make_adapter,
@@ -37,7 +38,7 @@ from .environment import (
     release_all,
 )
 from .jobs import EpisodeJob, SplitManifest, build_jobs, load_split_manifest, sha256_json
-from .model import ChatModel
+from .model import ChatModel, ChatOptions
 from .prompts import PromptBuilder
 from .runtime import ACTION_PROTOCOL, AgentRuntime, EpisodeRecord
 from .skills import SkillProvider, load_skills
@@ -218,10 +219,7 @@ def _existing_state(wh: Warehouse, run_id: str) -> tuple[dict | None, str | None
 
 def make_model(cfg: Config, client: httpx.AsyncClient) -> ChatModel:
     m = cfg.model
-    return ChatModel(client, m.name, temperature=m.sampling.temperature, top_p=m.sampling.top_p,
-                     max_tokens=m.sampling.max_tokens, extra_body=m.extra_body, max_retries=m.max_retries,
-                     backoff_base_s=m.retry_backoff_s, send_seed=m.send_seed, tool_choice=m.tool_choice,
-                     api_key_env=m.api_key_env)
+    return ChatModel(client, m.name, ChatOptions.from_config(m), api_key_env=m.api_key_env)
 
 
 def model_identity(cfg: Config) -> dict:
@@ -296,8 +294,8 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
 
         committer.on_error = abandon
 
-        idempotent = health.get("idempotency_keys") is True
         env_cfg = cfg.environment
+        adapter_options = AdapterOptions.from_config(env_cfg, idempotent=health.get("idempotency_keys") is True)
         book = LeaseBook()
         slots = health.get("environment_slots") if isinstance(health.get("environment_slots"), int) else None
         exclusive = env_cfg.exclusive and env_cfg.dialect == "shop_env"
@@ -349,8 +347,7 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
                 await reclaim()
                 if stop.is_set():
                     return False
-            env = make_adapter(env_cfg.dialect, env_client, env_cfg.persona, env_cfg.timeout_s, idempotent=idempotent,
-                               lease_timeout_s=env_cfg.lease_timeout_s, book=book)
+            env = make_adapter(env_cfg.dialect, env_client, adapter_options, book)
             rt = AgentRuntime(model, env, p.prompts, p.skills, cfg.runtime.max_steps, primary)
             running[0] += 1
             me = asyncio.current_task()

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 from ..core import protocol_codes as pc
-from ..core.config import public_url
+from ..core.config import Model, public_url
 from ..core.errors import ModelHTTPError, ModelUnavailable
 
 RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
@@ -89,33 +89,42 @@ class ModelOutput:
         return msg
 
 
+@dataclass(frozen=True)
+class ChatOptions:
+    """What a :class:`ChatModel` sends with every request and how it retries (the config's ``model:`` keys)."""
+
+    temperature: float = 0.6
+    top_p: float | None = 1.0  # None = not sent
+    max_tokens: int = 4096
+    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request body
+    max_retries: int = 5
+    backoff_base_s: float = 0.5
+    send_seed: bool = False
+    tool_choice: str = "auto"
+
+    @classmethod
+    def from_config(cls, m: Model) -> ChatOptions:
+        """The options of a config's ``model:`` section (or any section of that shape, e.g. a teacher)."""
+        return cls(temperature=m.sampling.temperature, top_p=m.sampling.top_p, max_tokens=m.sampling.max_tokens,
+                   extra_body=m.extra_body, max_retries=m.max_retries, backoff_base_s=m.retry_backoff_s,
+                   send_seed=m.send_seed, tool_choice=m.tool_choice)
+
+
 class ChatModel:
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        model: str,
-        *,
-        temperature: float = 0.6,
-        top_p: float | None = 1.0,
-        max_tokens: int = 4096,
-        extra_body: dict[str, Any] | None = None,
-        max_retries: int = 5,
-        backoff_base_s: float = 0.5,
-        send_seed: bool = False,
-        tool_choice: str = "auto",
-        api_key_env: str | None = None,
-    ):
+    def __init__(self, client: httpx.AsyncClient, model: str, options: ChatOptions | None = None, *,
+                 api_key_env: str | None = None):
+        o = options if options is not None else ChatOptions()
         self.client = client
         self.api_key_env = api_key_env
         self.model = model
-        self.sampling = {"temperature": temperature, "max_tokens": max_tokens}
-        if top_p is not None:
-            self.sampling["top_p"] = top_p
-        self.extra_body = dict(extra_body or {})
-        self.max_retries = max_retries
-        self.backoff_base_s = backoff_base_s
-        self.send_seed = send_seed
-        self.tool_choice = tool_choice
+        self.sampling = {"temperature": o.temperature, "max_tokens": o.max_tokens}
+        if o.top_p is not None:
+            self.sampling["top_p"] = o.top_p
+        self.extra_body = dict(o.extra_body or {})
+        self.max_retries = o.max_retries
+        self.backoff_base_s = o.backoff_base_s
+        self.send_seed = o.send_seed
+        self.tool_choice = o.tool_choice
 
     def request_body(self, messages: list[dict], tools: list[dict], seed: int | None) -> dict:
         body: dict[str, Any] = {"model": self.model, "messages": messages, **self.sampling, **self.extra_body}

@@ -38,7 +38,8 @@ import asyncio
 import math
 import os
 import signal
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -96,41 +97,58 @@ class ProgressEvent:
         self.job, self.completed, self.episode = job, completed, episode
 
 
-def _worker(cfg: Config, index: int, jobs: list[EpisodeJob], attempts: dict[str, int], root: str, load_id: str,
-            stored: dict, env_version: str | None, allow_test: bool, concurrency: int, channel: Any, events: bool,
-            crash_env: dict | None) -> dict:
-    """One Ray task: run ``jobs`` of the run whose driver wrote ``stored`` (fingerprint fields) and its runs row.
-    ``channel`` (the driver's :class:`Channel` actor) takes its progress events when ``events`` and says when
-    the driver was signalled: then the worker starts nothing new and returns once what is in flight is committed."""
+@dataclass(frozen=True)
+class WorkerShare:
+    """One Ray task's share of a run: its jobs and what it needs to run and commit them (picklable)."""
+
+    index: int  # the worker's number (its ledger file is _ledger/<load_id>.w<index>.jsonl)
+    jobs: list[EpisodeJob]
+    attempts: dict[str, int]  # last attempt per episode of these jobs, as committed before this load
+    root: str  # the warehouse, as an absolute path or URL
+    load_id: str
+    stored: dict  # the fingerprint fields of the run the driver opened
+    env_version: str | None  # the environment_version the driver read from GET /healthz
+    allow_test: bool = False
+    concurrency: int = 8  # episodes in flight in this worker
+    events: bool = False  # send a progress event per finished attempt to the driver's channel
+    crash_env: dict | None = None  # test hook: the crash-point variables for this worker (None = os.environ)
+
+
+def _worker(cfg: Config, share: WorkerShare, channel: Any) -> dict:
+    """One Ray task: run ``share.jobs`` of the run whose driver wrote ``share.stored`` (fingerprint fields) and its
+    runs row. ``channel`` (the driver's :class:`Channel` actor) takes its progress events when ``share.events`` and
+    says when the driver was signalled: then the worker starts nothing new and returns once what is in flight is
+    committed."""
     import ray
 
     from ..core import crash
     from ..core.errors import ConfigError
 
-    crash.arm(crash_env if crash_env is not None else os.environ)  # a reused worker process is re-armed each task
+    index, stored = share.index, share.stored
+    crash.arm(share.crash_env if share.crash_env is not None else os.environ)  # a reused worker process is re-armed
     p = plan(cfg)
     if p.fingerprint_fields != stored:
         differ = sorted(k for k in set(stored) | set(p.fingerprint_fields) if stored.get(k) != p.fingerprint_fields.get(k))
         raise ConfigError(f"Ray worker {index} on {os.uname().nodename} plans another run than the driver (differs in "
                           f"{differ}): every node needs the same split manifest, skill bank and prompt files at the "
                           "same paths, and the same shopsim-wh version")
-    p.jobs = [] if ray.get(channel.stopping.remote()) else list(jobs)  # signalled before this task started
+    p.jobs = [] if ray.get(channel.stopping.remote()) else list(share.jobs)  # signalled before this task started
 
     async def watch(on_signal) -> None:
         while not (name := await channel.stopping.remote()):
             await asyncio.sleep(POLL_S)
         on_signal(signal.Signals[name])
 
-    start = _Start(stored, env_version, set(), dict(attempts), allow_test, None, signals=False, ledger_part=f".w{index}",
-                   watch=watch)
+    start = _Start(stored, share.env_version, set(), dict(share.attempts), share.allow_test, None, signals=False,
+                   ledger_part=f".w{index}", watch=watch)
     last: list = []  # the latest event sent: calls from one caller run in order, so waiting for it waits for all
 
     def progress(rec) -> None:
         episode = {"reward": rec.episode.get("reward"), "status": rec.episode.get("status")}
         last[:] = [channel.add.remote(ProgressEvent(rec.job, rec.completed, episode))]
 
-    writer = LockPerCommit(Warehouse(root), grace_seconds())
-    asyncio.run(_run_async(p, writer, start, load_id, concurrency, progress if events else None))
+    writer = LockPerCommit(Warehouse(share.root), grace_seconds())
+    asyncio.run(_run_async(p, writer, start, share.load_id, share.concurrency, progress if share.events else None))
     if last:  # the driver's last drain, after this task returned, sees every event of this worker
         ray.get(last[0])
     return asdict(start.result)
@@ -209,10 +227,21 @@ def _remote_parts():
     return ray.remote(num_cpus=1, max_retries=0)(_worker), Channel
 
 
-def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_test: bool, progress, on_start,
-               on_signal=None) -> RunResult:
-    """Run or resume ``p`` across Ray tasks (see the module docstring). ``on_signal(name, in_flight)`` is told of
-    the first SIGTERM / SIGINT (``in_flight``: at most that many episodes are being finished)."""
+@dataclass(frozen=True)
+class RunHooks:
+    """The caller's callbacks of a run (each optional): see :func:`shopsim_wh.rollout.runner.run`."""
+
+    progress: Callable[[Any], None] | None = None  # per finished attempt (an EpisodeRecord or a ProgressEvent)
+    on_start: Callable[[int, int], None] | None = None  # (episodes to run, episodes skipped) before the first one
+    on_signal: Callable[[str, int], None] | None = None  # (signal name, episodes in flight) at the first signal
+
+
+def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_test: bool,
+               hooks: RunHooks | None = None) -> RunResult:
+    """Run or resume ``p`` across Ray tasks (see the module docstring). ``hooks.on_signal(name, in_flight)`` is told
+    of the first SIGTERM / SIGINT (``in_flight``: at most that many episodes are being finished)."""
+    hooks = hooks if hooks is not None else RunHooks()
+    progress, on_start, on_signal = hooks.progress, hooks.on_start, hooks.on_signal
     cfg = p.cfg
     init_ray(cfg.runtime.ray_address)
     import ray
@@ -235,10 +264,13 @@ def run_on_ray(p: Plan, wh: Warehouse, load_id: str, concurrency: int, allow_tes
     stopped: list[str] = []
     restore = _stop_on_signals(stopped)
     try:
-        refs = {task.remote(cfg, i, todo[i::n], {j.episode_id: attempts[j.episode_id] for j in todo[i::n]
-                                                 if j.episode_id in attempts},
-                            root, load_id, p.fingerprint_fields, health.get("environment_version"), allow_test,
-                            concurrency, channel, progress is not None, _crash_env(i)): i for i in range(n)}
+        shares = [WorkerShare(index=i, jobs=todo[i::n],
+                              attempts={j.episode_id: attempts[j.episode_id] for j in todo[i::n] if j.episode_id in attempts},
+                              root=root, load_id=load_id, stored=p.fingerprint_fields,
+                              env_version=health.get("environment_version"), allow_test=allow_test,
+                              concurrency=concurrency, events=progress is not None, crash_env=_crash_env(i))
+                  for i in range(n)]
+        refs = {task.remote(cfg, share, channel): share.index for share in shares}
         pending, lost, finished = list(refs), 0, [0]
         while pending and len(stopped) < 2:  # a first signal drains (the workers return), a second cancels
             if stopped and result.interrupted is None:

@@ -111,11 +111,11 @@ def run(cfg: Config, warehouse: str | None = None, concurrency: int | None = Non
     load_id = f"{p.run_id}.{datetime.now(UTC):%Y%m%dT%H%M%S}.{uuid.uuid4().hex[:6]}"
     started = datetime.now(UTC)
     if cfg.runtime.executor == "ray":
-        from .ray_executor import run_on_ray
+        from .ray_executor import RunHooks, run_on_ray
 
         with experiment_lock(wh, p.run_id):
-            result = run_on_ray(p, wh, load_id, concurrency or cfg.runtime.concurrency, allow_test, progress, on_start,
-                                on_signal)
+            result = run_on_ray(p, wh, load_id, concurrency or cfg.runtime.concurrency, allow_test,
+                                RunHooks(progress, on_start, on_signal))
         result.seconds = time.perf_counter() - t0
         return result
     with experiment_lock(wh, p.run_id), wh.writer(grace_s=grace_seconds()) as writer:

@@ -170,9 +170,9 @@ class AgentRuntime:
             stage = "runtime"
             if not final.done:
                 raise RuntimeError("the episode did not reach a terminal environment state")
-            self._finish(rec, job, reset, final, counters, started, t0)
+            self._finish(rec, reset, final, counters, started, t0)
         except Exception as exc:  # infrastructure failure: recorded, never a reward of 0
-            self._fail(rec, job, reset, getattr(exc, "_stage", stage), exc, counters, started, t0)
+            self._fail(rec, reset, getattr(exc, "_stage", stage), exc, counters, started, t0)
         finally:
             try:
                 await self.env.close()
@@ -305,7 +305,8 @@ class AgentRuntime:
         rec.observations.append(self._observation_row(step_idx, None, res))
         return res
 
-    def _base_episode(self, rec, job, reset: EnvStep | None, counters, started, t0) -> None:
+    def _base_episode(self, rec: EpisodeRecord, reset: EnvStep | None, counters, started, t0) -> None:
+        job = rec.job
         persona = reset.persona if reset is not None else None
         rec.episode.update(
             task_id=job.task_id, sample_id=job.sample_id, seed=job.seed, split=job.split,
@@ -316,10 +317,10 @@ class AgentRuntime:
             started_at=started, finished_at=_now(), duration_s=time.perf_counter() - t0, **counters,
         )
 
-    def _finish(self, rec, job, reset, final: EnvStep, counters, started, t0) -> None:
+    def _finish(self, rec: EpisodeRecord, reset, final: EnvStep, counters, started, t0) -> None:
         detail = final.reward_detail
         loose, strict, success, derived = reward_facts(detail, final.reward, self.primary_reward)
-        self._base_episode(rec, job, reset, counters, started, t0)
+        self._base_episode(rec, reset, counters, started, t0)
         d = detail or {}
         rec.episode.update(
             status="completed", done=final.done, reward=final.reward,
@@ -330,8 +331,8 @@ class AgentRuntime:
             termination_reason=final.termination_reason,
         )
 
-    def _fail(self, rec, job, reset, stage, exc: Exception, counters, started, t0) -> None:
-        self._base_episode(rec, job, reset, counters, started, t0)
+    def _fail(self, rec: EpisodeRecord, reset, stage, exc: Exception, counters, started, t0) -> None:
+        self._base_episode(rec, reset, counters, started, t0)
         message = str(exc)[:4000]
         rec.episode.update(status="failed", done=False, error_stage=stage, error_type=type(exc).__name__, error_message=message)
         rec.error = exc

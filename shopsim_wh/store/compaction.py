@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,11 +29,20 @@ MEMORY_LIMIT = os.environ.get("SHOPSIM_WH_COMPACT_MEMORY") or "512MB"  # DuckDB'
 BATCH_ROWS = 64 * 1024
 
 
-def merge_sorted(wh, snap, select: str, table: str, staging_dir: Path, placed: list, file_target_bytes: int,
-                 row_group_bytes: int, compression_level: int) -> Iterator[tuple[Path, int]]:
+@dataclass(frozen=True)
+class FileLayout:
+    """How the merged files are cut and written: uncompressed bytes per file and per row group, zstd level."""
+
+    file_target_bytes: int
+    row_group_bytes: int
+    compression_level: int
+
+
+def merge_sorted(wh, snap, select: str, table: str, staging_dir: Path, placed: list,
+                 layout: FileLayout) -> Iterator[tuple[Path, int]]:
     """Yield ``(staged_path, rows)`` for the merged, sorted rows of ``select``: the caller's
     :func:`shopsim_wh.store.warehouse.staging_sql` over ``snap``, the files of one run and table (``wh.register`` makes
-    them readable on the sorting connection).
+    them readable on the sorting connection), written as ``layout`` says.
 
     Each path is appended to ``placed`` as soon as it exists (the caller's all-or-nothing cleanup)."""
     import duckdb
@@ -72,13 +82,13 @@ def merge_sorted(wh, snap, select: str, table: str, staging_dir: Path, placed: l
                 placed.append(path)
                 fs_event("create", path)
                 writer = pq.ParquetWriter(
-                    path, spec.arrow_schema, compression="zstd", compression_level=compression_level,
+                    path, spec.arrow_schema, compression="zstd", compression_level=layout.compression_level,
                     write_statistics=True, use_dictionary=[c for c in spec.column_names if c in DICTIONARY_COLUMNS])
             buf.append(batch)
             buf_bytes += batch.nbytes
-            if buf_bytes >= row_group_bytes or file_bytes + buf_bytes >= file_target_bytes:
+            if buf_bytes >= layout.row_group_bytes or file_bytes + buf_bytes >= layout.file_target_bytes:
                 flush()
-            if file_bytes >= file_target_bytes:
+            if file_bytes >= layout.file_target_bytes:
                 writer.close()
                 yield path, rows
                 writer, rows, file_bytes = None, 0, 0

@@ -451,8 +451,9 @@ class Writer:
             return self._compact(run_id, min_files, small_only)
 
     def _compact(self, run_id: str, min_files: int, small_only: bool) -> int:
-        from .compaction import merge_sorted
+        from .compaction import FileLayout, merge_sorted
 
+        layout = FileLayout(COMPACT_FILE_TARGET_BYTES, ROW_GROUP_TARGET_BYTES, ZSTD_LEVEL)
         replaced: dict[str, list[FileEntry]] = {}
         written: dict[str, list[FileEntry]] = {}
         for table in TABLES:
@@ -463,8 +464,7 @@ class Writer:
             written[table] = [
                 self._place(table, run_id, StagedFile(path, rows), compacted=True)
                 for path, rows in merge_sorted(self.wh, snap, staging_sql(self.wh, snap, table), table,
-                                               self.wh.staging_dir, self._placed,
-                                               COMPACT_FILE_TARGET_BYTES, ROW_GROUP_TARGET_BYTES, ZSTD_LEVEL)
+                                               self.wh.staging_dir, self._placed, layout)
             ]
             replaced[table] = entries
         if not replaced:

@@ -42,7 +42,8 @@ def templates(fixtures: Path = FIXTURES) -> dict[str, list[dict]]:
     tau = {"task_id": 1, "trial": 0, "reward": 1.0, "info": {"source": "fuzz"},
            "traj": [{"role": "system", "content": "You are an airline agent."}, {"role": "user", "content": "hi"},
                     {"role": "assistant", "content": "Hello, how can I help?"}]}
-    return {"shopsimrl-v4": [synth_v4.record(1, steps=2, obs_words=4, think_words=4)], "agent-multi-turn": [amt],
+    v4 = synth_v4.record(1, spec=synth_v4.RecordSpec(steps=2, obs_words=4, think_words=4))
+    return {"shopsimrl-v4": [v4], "agent-multi-turn": [amt],
             "claude-code": cc, "openai-messages": [tau], "atif": [atif]}
 
 
@@ -59,7 +60,7 @@ def _unique(reader: str, tpl: list[dict], i: int) -> dict:
     if reader == "shopsimrl-v4":
         from ..demo import shopsimrl_v4 as synth_v4
 
-        return synth_v4.record(100000 + i, steps=2, obs_words=4, think_words=4)
+        return synth_v4.record(100000 + i, spec=synth_v4.RecordSpec(steps=2, obs_words=4, think_words=4))
     if reader == "agent-multi-turn":
         rec["data_id"] = f"fuzz-{i:06d}"
     elif reader == "openai-messages":
@@ -268,7 +269,7 @@ def fuzz_ingest(cases: list[tuple[str, list, str | None]], workdir: Path, tpl: d
     """Build one file per case (reader, plan, compression or None), ingest each reader's files in one call
     (forced format) into one warehouse under ``workdir``, and check every file (:func:`check_landed`)."""
     from ..engines.db import connect
-    from ..ingest import ingest
+    from ..ingest import IngestOptions, ingest
 
     tpl = tpl or templates()
     res, expected, by_reader = FuzzResult(), {}, {}
@@ -296,8 +297,8 @@ def fuzz_ingest(cases: list[tuple[str, list, str | None]], workdir: Path, tpl: d
         expected[str(f)] = (reader, errors, good)
         by_reader.setdefault(reader, []).append(f)
     for reader, files in by_reader.items():
-        summary = ingest(files, workdir / "wh", format=reader, max_field_bytes=max_field_bytes,
-                         max_record_bytes=MAX_RECORD_BYTES)
+        summary = ingest(files, workdir / "wh", IngestOptions(format=reader, max_field_bytes=max_field_bytes,
+                                                              max_record_bytes=MAX_RECORD_BYTES))
         # a file whose every record is bad (or was cut off) lands its error rows only: `no_valid_record`
         bad = [x for x in summary.files if x.status != "landed"
                and not (x.status == "no_valid_record" and expected.get(str(x.path), (None, None, 1))[2] == 0)]

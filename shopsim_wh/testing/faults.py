@@ -180,10 +180,21 @@ class CaseResult:
             and not self.after_resume.missing
 
 
-def crash_case(base: Path, config: Path, reference: Path, work: Path, point: str, occurrence: int,
-               powerloss: bool = True, env: dict | None = None, resume: Callable | None = None) -> CaseResult:
-    """Copy ``base``, run the job crashing at ``point:occurrence``, check, resume (on the power-loss image when
-    ``powerloss``), check again against ``reference`` (an uninterrupted run of the same job on ``base``)."""
+@dataclass(frozen=True)
+class CrashJob:
+    """What the crash cases of one job share: the job, the warehouse it starts from, the reference it must reach."""
+
+    base: Path  # the warehouse each case starts from (copied; need not exist)
+    config: Path  # the job
+    reference: Path  # an uninterrupted run of the same job on ``base``
+    powerloss: bool = True  # resume on the power-loss image (else on the directory the crash left)
+    env: dict | None = None  # extra environment of the crashing child
+
+
+def crash_case(job: CrashJob, work: Path, point: str, occurrence: int, resume: Callable | None = None) -> CaseResult:
+    """Copy ``job.base``, run the job crashing at ``point:occurrence``, check, resume (on the power-loss image
+    when ``job.powerloss``; ``resume`` replaces the resume), check again against ``job.reference``."""
+    base, config, reference, powerloss, env = job.base, job.config, job.reference, job.powerloss, job.env
     t0 = time.perf_counter()
     wh, image = work / "wh", work / "image"
     shutil.rmtree(work, ignore_errors=True)
@@ -210,10 +221,11 @@ def crash_matrix(base: Path, config: Path, work: Path, points: list[str] | None 
     shutil.rmtree(reference, ignore_errors=True)
     shutil.copytree(base, reference)
     counts = point_counts(config, reference, work, env)
+    job = CrashJob(base, config, reference, powerloss, env)
     out = []
     for p in points or RUNNER_POINTS:
         for k in occurrences(counts.get(p, 0)):
-            out.append(crash_case(base, config, reference, work / "case", p, k, powerloss, env))
+            out.append(crash_case(job, work / "case", p, k))
     return out
 
 
