@@ -45,8 +45,8 @@ def generator_version() -> str:
     from shopsim_wh.core.schema import SCHEMA_VERSION, TABLES
 
     h = hashlib.sha256(repr((SCHEMA_VERSION, [(t, spec.column_names) for t, spec in TABLES.items()])).encode())
-    for name in ("synth.py", "synth_coding.py"):
-        h.update((REPO / "shopsim_wh" / "analytics" / name).read_bytes())
+    for name in ("shop.py", "coding.py"):
+        h.update((REPO / "shopsim_wh" / "demo" / name).read_bytes())
     return h.hexdigest()[:16]
 
 
