@@ -19,7 +19,7 @@ def _already_in(status: str) -> bool:
 
 def ingest(
     paths: Annotated[list[str], typer.Argument(help="Files, directories (recursive) or globs; .gz and .zst are read as well.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="auto, shopsimrl-v4, agent-multi-turn, claude-code, openai-messages or atif.")] = "auto",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="auto, shopsimrl-v4, agent-multi-turn, claude-code, openai-messages, atif, or shopsimrl-trace2skill (ShopSimRL round directories: found by their shape under auto; docs/loop.md).")] = "auto",
     warehouse: WarehouseOpt = None,
     source: Annotated[str | None, typer.Option(help="Source name used in run ids and runs.experiment.")] = None,
     output: Annotated[str, typer.Option("--output", help="text, or json: one JSON object on stdout (--format "
@@ -76,7 +76,7 @@ def ingest(
             if not quiet and output != "json":
                 typer.echo(f"catalog {info.path} refreshed (snapshot {info.snapshot_version})", err=True)
     already = [f for f in summary.files if _already_in(f.status)]
-    error = None if summary.episodes_landed or already else _nothing_landed(summary.files)
+    error = None if summary.episodes_landed or summary.units_read or already else _nothing_landed(summary.files)
     if error:
         _fail(output, error, {**d, "warehouse": str(root)}, None if quiet or output == "json" else summary)
     if output == "json":
@@ -85,7 +85,7 @@ def ingest(
     if quiet:
         return
     _report(d, root, summary)
-    if already and not summary.episodes_landed:
+    if already and not summary.episodes_landed and not summary.units_read:
         same = sum(f.status == "skipped_same_hash" for f in already)
         why = ", ".join(part for part in (f"{same} with the same bytes ingested before" if same else "",
                                           f"{len(already) - same} holding only attempts the warehouse has (each "
@@ -98,7 +98,7 @@ def _report(d: dict, root, summary) -> None:
     typer.echo(f"{d['units_read']} unit(s) landed{held}, {d['episodes_landed']} episode(s) landed, "
                f"{d['records_rejected']} record(s) rejected in {d['seconds']:.1f} s ({d['mb_per_s']:.1f} MB/s) -> warehouse {root}")
     for f in summary.files:
-        if f.status != "landed":
+        if f.status != "landed" or f.format == "shopsimrl-trace2skill":  # a round: what it landed
             typer.echo(f"  {f.status:>18}  {f.path}" + (f"  ({f.message})" if f.message else ""))
     if d["records_rejected"]:
         typer.echo("  rejected records: shopsim-wh sql \"select source_file, line, error_class, message from ingest_errors\"")

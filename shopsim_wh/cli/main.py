@@ -25,10 +25,13 @@ from . import (
     exits,
     export,
     ingest,
+    judge,
     report,
+    reverify,
     rollout,
     runs,
     sim,
+    skills,
     spark,
     synth,
     vacuum,
@@ -71,8 +74,11 @@ runs.register(app)
 vacuum.register(app)
 compact.register(app)
 spark.register(app)
+judge.register(app)
+reverify.register(app)
 app.add_typer(config.app, name="config", help="Config tools: `config import` converts a ShopSimRL experiment YAML.")
 app.add_typer(sim.app, name="sim", help="The embedded ShopSimulator-compatible server and scripted policy.")
+app.add_typer(skills.app, name="skills", help="Skill candidates behind the gold firewall, reviews, SkillBank snapshots and the gate's selection.")
 
 
 def main() -> None:

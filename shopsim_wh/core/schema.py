@@ -23,10 +23,11 @@ import pyarrow as pa
 
 from .protocol_codes import CODES, GENERIC, PROTOCOL
 
-SCHEMA_VERSION = 4  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
+SCHEMA_VERSION = 5  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
 # 3: episodes.r_loose/r_strict/r_success/reward_derived/reset_payload; runs.primary_reward/environment_version/
 #    observation_version; observations.payload
 # 4: tables synthetic_reasoning (synth-reasoning answers) and gate_results (gate decisions)
+# 5: the research loop's tables (issue 30): Trace2Skill artifacts, judge outputs and labels, skill candidates
 PARTITION_KEY = "run_id"
 _PROTOCOL_DOC = (
     "The turn's protocol error, NULL when none. The runner (as ShopSimRL's runtime) writes "
@@ -377,6 +378,414 @@ _register(_table(
     C("result", S, "JSON: the whole result as `gate --format json` printed it."),
     C("notes", S, "JSON list of notes (helps, hurts, dropped resamples)."),
     C("tool_version", S, "shopsim-wh version that decided."),
+))
+
+
+# --- the research loop (issue 30) -------------------------------------------------------------------------------
+# Partition run_id of a loop table = the loop round it belongs to (an ingested ShopSimRL round directory:
+# `round-000`; `skills mine --round NAME`), except judge_outputs, labels and episode_labels (the judged run).
+
+# >>> loop artifacts: Trace2Skill round files (ingest of artifacts/round-NNN, cold-start)
+# Written by `shopsim-wh ingest ROUND_DIR` (shopsim_wh/ingest/loop.py, docs/loop.md). Partition run_id = the round
+# (`round-000`, `cold-start`). Every row carries `source_file` (the artifact) and `file_sha256` (its bytes) besides
+# `load_id`. Gold data never lands: a failure card's privileged audit keeps only its non-gold keys (no gold_asin,
+# no chosen_asin), and nothing of a private goal is read.
+_LOOP_SOURCE = (
+    C("source_file", S, "The artifact file the row was read from (absolute path at ingest)."),
+    C("file_sha256", S, "sha256 of that file's bytes (table `loop_artifacts`)."),
+)
+
+_register(_table(
+    "loop_artifacts", "one row per ingested Trace2Skill artifact file of a round (the unit of idempotent ingest)",
+    ("kind",),
+    C("kind", S, "What the file is: its name (`contributions.json`, `candidate_pool.json`, ...), for a proposal "
+      "ledger `proposal_ledger.jsonl#analysis`, `#gate` or `#cold_start`. A round holds one file of each kind.", False),
+    C("artifact_schema", S, "The file's own `schema_version` (`shopsimrl-online-chunk-contributions-v2`, ...); NULL "
+      "for JSON Lines and markdown."),
+    C("artifact_created_at", TS, "The file's `created_at` (UTC), when it has one."),
+    C("bytes", I64, "File size in bytes."),
+    C("rows", I64, "Rows the file landed in the loop tables (0: kept as a file only, e.g. a markdown rendering)."),
+    C("tables", S, "JSON list of the tables the file's rows went to."),
+    C("declared_sha256", S, "The hash the file declares of itself: `pool_sha256` of a candidate pool, "
+      "`assignment_sha256` of mask assignments (NULL for other kinds)."),
+    C("recomputed_sha256", S, "That hash recomputed by ShopSimRL's rule (fingerprint of the document without "
+      "`created_at`, the hash itself and, for assignments, `schema_version`); differs from `declared_sha256` when the "
+      "file was edited after ShopSimRL wrote it."),
+    C("header", S, "JSON: the document's top-level fields except the lists that became rows (summaries, manifests "
+      "and curricula are kept whole here); NULL for JSON Lines and markdown."),
+    *_LOOP_SOURCE,
+))
+
+_register(_table(
+    "evidence_cards", "one row per evidence card (`shopsimrl-evidence-card-v3`): the success and failure channels of "
+    "a cold start (`evidence_cards.jsonl`) and a round's online failure cards (`failure_cards.jsonl`)", ("card_id",),
+    C("card_id", S, "`success-{episode}-NN`, `failure-{episode}-01`, `success-{episode}-empty`.", False),
+    C("source_trajectory_id", S, "The episode id of the analysed trace (join `episodes.episode_id`).", False),
+    C("channel", S, "`success` or `failure`."),
+    C("stage", S, "`cold_start` or `online` (failure cards; NULL for success cards)."),
+    C("status", S, "Failure cards: `PROPOSE_ADD`, `PROPOSE_REWRITE`, `NO_PROPOSAL`, `ANALYST_ERROR`."),
+    C("mechanism", S, "Success: `mechanism`; failure: `deployable_abstraction.failure_mechanism`."),
+    C("applicable_when", S, "`applicable_when` (failure: of the deployable abstraction)."),
+    C("observed_evidence", S, "Success cards: `observed_evidence`."),
+    C("decisive_behavior", S, "Success cards: `decisive_behavior`."),
+    C("lesson", S, "Success: `generalizable_lesson`; failure: `deployable_abstraction.corrective_procedure`."),
+    C("deployable_abstraction", S, "Failure cards: JSON of the deployable abstraction (what may reach a skill)."),
+    C("target_chunk_id", S, "Failure cards: `deployable_abstraction.target_chunk_id` (a REWRITE's target)."),
+    C("related_chunk_ids", S, "JSON list: the card's `related_chunk_ids`."),
+    C("confidence", F64, "Success cards: the analyst's confidence in [0, 1]."),
+    C("audit", S, "Failure cards: JSON of the privileged audit's non-gold keys only (failure_surface, "
+      "earliest_divergence, oracle_comparison, replay_evidence, minimal_repair, repair_validation_result). "
+      "`gold_asin` and `chosen_asin` are never stored, nor the audit transcript or the trials' purchases."),
+    C("audit_actions", I32, "Failure cards: live actions of the audit (`audit_action_summary` entries)."),
+    C("terminal_trials", I32, "Failure cards: terminal trials of the audit."),
+    C("successful_counterfactual_trials", I32, "Failure cards: terminal trials with r_success = 1."),
+    C("grounded_live_actions", I32, "Failure cards: live actions the environment accepted."),
+    C("firewall_findings", S, "JSON list: the gold firewall's check names (empty: clean)."),
+    C("forced_no_proposal_reason", S, "Why a proposal was forced to NO_PROPOSAL (`gold_firewall_violation`, ...)."),
+    C("eligible_for_consolidation", B, "The card may be clustered (no finding; failure: not NO_PROPOSAL)."),
+    C("empty", B, "The analyst returned no card (a placeholder row)."),
+    C("error", S, "JSON {type, message} of an `ANALYST_ERROR` record."),
+    C("input_fingerprint", S, "The analysis' resume key (online cards)."),
+    C("card_schema", S, "The card's `schema_version`."),
+    C("created_at", TS, "The card's `created_at` (UTC)."),
+    C("line", I64, "1-based line of the card in its file."),
+    *_LOOP_SOURCE,
+))
+
+_register(_table(
+    "evidence_clusters", "one row per cluster of evidence cards (`cluster_batches.jsonl`, "
+    "`shopsimrl-evidence-cluster-v2`)", ("cluster_id",),
+    C("cluster_id", S, "`{batch_id}-cluster-NN`.", False),
+    C("batch_id", S, "`{channel}-batch-NNN`."),
+    C("channel", S, "`success` or `failure`."),
+    C("workflow_stage", S, "The cluster's workflow stage."),
+    C("mechanism", S, "The cluster's mechanism."),
+    C("applicable_when", S, "When it applies."),
+    C("procedure", S, "The procedure (a string in clusters)."),
+    C("verification", S, "How to verify."),
+    C("common_failure", S, "What to avoid."),
+    C("evidence_card_ids", S, "JSON list of the clustered cards (`evidence_cards.card_id`)."),
+    C("cards", I32, "Number of clustered cards."),
+    C("batch_evidence_only_card_ids", S, "JSON list: the batch's cards kept for audit but in no cluster."),
+    C("batch_input_fingerprint", S, "The batch's resume key."),
+    C("cluster_schema", S, "The cluster's `schema_version`."),
+    C("created_at", TS, "The batch's `created_at` (UTC)."),
+    C("line", I64, "1-based line of the batch in its file."),
+    *_LOOP_SOURCE,
+))
+
+_register(_table(
+    "skill_chunks", "one row per chunk of an initial skill draft (`initial_skill_draft.json`, "
+    "`shopsimrl-initial-skill-draft-v2`)", ("position",),
+    C("chunk_id", S, "The chunk id (`chunk-` + 12 hex, or a slug of its title).", False),
+    C("position", I32, "The chunk's `order` (1-based).", False),
+    C("title", S, "Title."),
+    C("workflow_stage", S, "Workflow stage."),
+    C("applicable_when", S, "When it applies."),
+    C("procedure", S, "JSON list of the procedure's steps."),
+    C("verification", S, "How to verify."),
+    C("common_failure", S, "What to avoid."),
+    C("evidence_cluster_ids", S, "JSON list of the clusters it was compiled from (`evidence_clusters.cluster_id`)."),
+    C("content", S, "The rendered chunk text (ShopSimRL's markdown rendering: title, applies when, procedure, verify, "
+      "avoid)."),
+    C("content_sha256", S, "ShopSimRL's fingerprint of `content` (sha256 of the JSON string)."),
+    C("skill_title", S, "The draft's `skill_title`."),
+    C("draft_sha256", S, "Fingerprint of the whole draft document."),
+    C("created_at", TS, "The draft's `created_at` (UTC)."),
+    *_LOOP_SOURCE,
+))
+
+_register(_table(
+    "proposal_ledger", "one row per record of a proposal ledger (`proposal_ledger.jsonl`: the analysis ledger, the "
+    "gate ledger, a cold start's); ledgers are cumulative, so a candidate recurs in later rounds", ("ledger", "line"),
+    C("ledger", S, "`analysis`, `gate` or `cold_start`: which of the round's ledgers.", False),
+    C("line", I64, "1-based line in the ledger (its insertion order).", False),
+    C("candidate_id", S, "`online-` + 16 hex (online), the chunk id (cold start).", False),
+    C("operation", S, "`ADD` or `REWRITE`."),
+    C("target_chunk_id", S, "A REWRITE's target chunk (NULL for ADD)."),
+    C("source_card_ids", S, "JSON list of the evidence cards it rests on (`evidence_cards.card_id`)."),
+    C("failure_mechanism", S, "The failure mechanism it answers."),
+    C("proposal_checkpoint", S, "The policy checkpoint whose failures proposed it (overwritten by the gate)."),
+    C("stage", S, "`online` or `cold_start`."),
+    C("consolidation_cluster_ids", S, "JSON list: `consolidation_cluster_id` (a list at cold start, one id online)."),
+    C("replacement_family_id", S, "A REWRITE's family (its target), else NULL."),
+    C("content", S, "The proposed skill text."),
+    C("validation_result", S, "The fate: `selected`, `rewrite_loser`, `non_positive`, `budget_excluded`, `retired` "
+      "(NULL before a gate)."),
+    C("estimated_effect", F64, "The gate's reward coefficient."),
+    C("contribution_rank", I32, "Its rank among the gate's survivors (NULL for rewrite losers)."),
+    C("intervention_id", S, "Its column in the gate (`gate_results` coefficient name)."),
+    C("evaluation_checkpoint", S, "The checkpoint the gate rolled out."),
+    C("validation_estimator", S, "The gate's estimator."),
+    C("bare_validation_observations_sha256", S, "Fingerprint of the bare validation traces the gate paired with."),
+    C("pool_sha256", S, "The candidate pool the gate validated (`candidate_pools.pool_sha256`)."),
+    C("assignment_sha256", S, "The gate's mask assignment (`mask_assignments.assignment_sha256`)."),
+    C("active_chunk_id", S, "The current chunk a previously selected proposal became."),
+    C("validation_history", S, "JSON list of every gate event of the record."),
+    C("notes", S, "The record's `notes`."),
+    C("extra", S, "JSON: the record's fields no column holds."),
+    *_LOOP_SOURCE,
+))
+
+_register(_table(
+    "candidate_pools", "one row per entry of a candidate pool (`candidate_pool.json`, "
+    "`shopsimrl-skill-candidate-pool-v1`): its current skills, then its candidates", ("pool_sha256", "position"),
+    C("pool_sha256", S, "The pool's `pool_sha256` as the file declares it (recomputed: `loop_artifacts`).", False),
+    C("position", I32, "1-based: current skills first, in the pool's order, then candidates.", False),
+    C("entry", S, "`current` (a skill of the active bank) or `candidate`.", False),
+    C("skill_id", S, "The current skill's `skill_id` or the candidate's `candidate_id`.", False),
+    C("skill_version", S, "A current skill's `version`."),
+    C("operation", S, "A candidate's `ADD` / `REWRITE`."),
+    C("target_chunk_id", S, "A REWRITE's target (a current skill id)."),
+    C("title", S, "A candidate's `metadata.title`."),
+    C("failure_mechanism", S, "A candidate's `metadata.failure_mechanism`."),
+    C("evidence_card_ids", S, "JSON list: a candidate's `metadata.evidence_card_ids`."),
+    C("consolidation_cluster_id", S, "A candidate's `metadata.consolidation_cluster_id`."),
+    C("content", S, "The skill or candidate text."),
+    C("metadata", S, "JSON: the entry's `metadata`."),
+    C("proposal_checkpoint", S, "The pool's `proposal_checkpoint`."),
+    C("current_skillbank_sha256", S, "The active bank the pool was built on (`skillbanks.bank_sha256`)."),
+    C("pool_created_at", TS, "The pool's `created_at` (UTC)."),
+    *_LOOP_SOURCE,
+))
+
+_register(_table(
+    "mask_assignments", "one row per episode of a gate's mask assignment (`mask_assignments.json`: online "
+    "`shopsimrl-online-skill-assignments-v1` or Gate A `shopsimrl-chunk-mask-assignments-v1`)",
+    ("assignment_sha256", "position"),
+    C("assignment_sha256", S, "The assignment's `assignment_sha256` as declared.", False),
+    C("position", I32, "1-based position in `assignments`.", False),
+    C("episode_id", S, "The treatment episode (join `episodes.episode_id` of the masked run).", False),
+    C("task_id", I64, "Task."),
+    C("sample_id", I32, "Sample."),
+    C("seed", I64, "The job's seed."),
+    C("split", S, "Split (`val`)."),
+    C("mask", S, "JSON list of 0/1 per column (`columns` in `loop_artifacts.header`)."),
+    C("included_chunk_ids", S, "JSON list of the injected interventions, in slot order."),
+    C("slot_states", S, "JSON {slot_id: version id or null} (online assignments)."),
+    C("mask_rule", S, "`online` (one version per logical slot) or `gate-a` (independent bits)."),
+    C("mask_seed", I64, "The mask seed."),
+    C("pool_sha256", S, "The candidate pool (online) ..."),
+    C("draft_sha256", S, "... or the draft (Gate A) the columns come from."),
+    *_LOOP_SOURCE,
+))
+
+_register(_table(
+    "gate_observations", "one row per observation of a ShopSimRL gate (`contributions.json`'s `observations_table`)",
+    ("gate_id", "position"),
+    C("gate_id", S, "The decision (`gate_results.gate_id`).", False),
+    C("position", I32, "1-based row of the observations table.", False),
+    C("episode_id", S, "The masked treatment episode and its bare pair (join `episodes` by run and episode_id; view "
+      "`loop_gate_observations` finds both runs).", False),
+    C("split", S, "Split (`val`)."),
+    C("task_id", I64, "Task."),
+    C("sample_id", I32, "Sample."),
+    C("mask", S, "JSON list of 0/1 per intervention column."),
+    C("included_chunk_ids", S, "JSON list of the injected interventions."),
+    C("reward", F64, "The masked episode's reward (R_i)."),
+    C("bare_reward", F64, "The bare episode's reward (B_i)."),
+    C("delta_reward", F64, "R_i - B_i."),
+    C("reward_detail", S, "JSON {r_*} of the masked episode."),
+    C("bare_reward_detail", S, "JSON {r_*} of the bare episode."),
+    C("delta_reward_detail", S, "JSON {r_*} of the differences."),
+    C("assignment_sha256", S, "The gate's mask assignment (finds the masked run: `runs.provenance`)."),
+    C("bare_plan_fingerprint", S, "`bare_baseline.plan_fingerprint` (finds the bare run: `runs.fingerprint_fields`)."),
+    *_LOOP_SOURCE,
+))
+
+# >>> judge outputs and labels
+
+_JUDGE_KEY = (
+    C("rubric_id", S, "The rubric's `id` (docs/judge.md).", False),
+    C("rubric_version", S, "The rubric's `version`."),
+    C("rubric_sha256", S, "sha256 of the rubric file's bytes: the rubric's identity.", False),
+    C("judge_fingerprint", S, "sha256 over the judge model's identity: model name, base URL, sampling, extra_body and the "
+      "request format (as `synthetic_reasoning.teacher_fingerprint`; never the API key).", False),
+    C("input_hash", S, "sha256 of the canonical JSON of the messages the judge was sent (rubric prompt and trace).", False),
+    C("episode_id", S, "The judged episode (its last attempt when judged).", False),
+    C("step_idx", I32, "The judged step of agent `main` (rubric `grain: step`); NULL for an episode-grain judgement."),
+)
+
+_register(_table(
+    "judge_outputs", "one row per (judged episode or step, rubric file, judge model): one answer of `shopsim-wh judge` "
+    "(partition run_id = the judged run; view `judge_outputs` keeps the latest per item, rubric and judge)",
+    ("episode_id", "step_idx", "rubric_sha256", "judge_fingerprint"),
+    *_JUDGE_KEY,
+    C("output_id", S, "Identity of the answer: sha256 of input_hash, rubric_sha256 and judge_fingerprint (what "
+      "`judge` skips when already stored); `judge_labels` rows point at it."),
+    C("grain", S, "`episode` or `step` (the rubric's grain)."),
+    C("judge_model", S, "Judge model name sent to the server (`scripted-judge` on the embedded default)."),
+    C("judge_base_url", S, "Judge server base URL (`embedded` for the scripted judge)."),
+    C("judge_identity", S, "JSON: every field the fingerprint covers (the API key never: only the variable name)."),
+    C("included", S, "JSON list of what the judge was shown beyond the public trace: `persona`, `reasoning` (the "
+      "rubric's `include`; empty by default)."),
+    C("labels", S, "JSON object {question id: label} of the answers that parsed and are allowed (one row each in "
+      "`judge_labels`); `{}` when nothing parsed."),
+    C("rationale", S, "The judge's `rationale`, when it gave one (capped at 4,000 characters)."),
+    C("parse_error", S, "Why (part of) the answer could not be used: `not_json`, `missing_label`, `invalid_label`, "
+      "`model_protocol_error`, with the detail; NULL when every question got an allowed label."),
+    C("raw_output", S, "The judge's answer text exactly as returned (capped at 20,000 characters)."),
+    C("response_id", S, "Server response id."),
+    C("tokens_in", I64, "usage.prompt_tokens."),
+    C("tokens_out", I64, "usage.completion_tokens."),
+    C("latency_ms", F64, "Judge call latency in ms."),
+    C("created_at", TS, "When the answer was stored (UTC)."),
+))
+
+_register(_table(
+    "judge_labels", "one row per (judge answer, rubric question): the label the judge gave, the long form of "
+    "`judge_outputs.labels` that the calibration views read (partition run_id = the judged run)",
+    ("episode_id", "step_idx", "rubric_sha256", "judge_fingerprint", "question"),
+    *_JUDGE_KEY,
+    C("output_id", S, "The answer (`judge_outputs.output_id`).", False),
+    C("question", S, "The rubric question's `id`.", False),
+    C("label", S, "The judge's label: one of the question's allowed labels (free text when the question allows any)."),
+    C("taxonomy", S, "What the question is compared with in `judge_comparisons`: `primary_failure` "
+      "(`episode_primary_failure.primary_failure`, `none` for a strict success), `category` (that code's "
+      "`taxonomy.category`) or NULL (no rule counterpart)."),
+    C("created_at", TS, "When the answer was stored (UTC)."),
+))
+
+_register(_table(
+    "labels", "one row per human label imported by `shopsim-wh labels import` (partition run_id = the labelled run; "
+    "view `labels` keeps the latest per episode, step, label and labeler)",
+    ("episode_id", "step_idx", "label", "labeler"),
+    C("episode_id", S, "The labelled episode.", False),
+    C("step_idx", I32, "The labelled step of agent `main`; NULL for an episode label."),
+    C("label", S, "The label's name: a judge rubric's question id to be compared with (`judge_comparisons`).", False),
+    C("value", S, "The label's value.", False),
+    C("labeler", S, "Who labelled (a name or an id).", False),
+    C("note", S, "The labeler's note."),
+    C("label_hash", S, "sha256 of (run_id, episode_id, step_idx, label, value, labeler, note): a row already stored is "
+      "not imported again."),
+    C("source_file", S, "The imported file."),
+    C("line", I64, "1-based line of the row in that file (CSV: counting the header)."),
+    C("imported_at", TS, "When it was imported (UTC)."),
+))
+_register(_table(
+    "episode_labels", "one row per (labels version, episode) re-scored by `shopsim-wh reverify` (partition run_id = "
+    "the re-scored run; the final attempt of each completed episode)", ("labels_version", "episode_id", "attempt"),
+    *EPISODE_KEY,
+    C("labels_version", S, "sha256 over the labelling and reward code (`labels_code`), the primary reward and the tag: "
+      "the same code, option and tag give the same version, and a version already stored for the run is skipped.",
+      False),
+    C("labels_tag", S, "The user's `--tag` (part of the version; NULL when none)."),
+    C("labels_code", S, "JSON: what the version covers: the sha256 of each source file (reward and page rules of the "
+      "embedded environment, the taxonomy SQL), the primary reward and the tag."),
+    C("primary_reward", S, "Which component `reward` is under this version: the run's own `runs.primary_reward` by "
+      "default, or `reverify --primary-reward` (`r_strict`, `r_loose`, `r_success`)."),
+    C("replayable", B, "True when the episode's stored actions were replayed in the embedded environment (a runner run "
+      "on the embedded simulator); false for ingested traces and remote environments: then the reward and its "
+      "components are the stored ones and only the rule labels are recomputed, from the stored rows."),
+    C("replay_note", S, "Why the episode could not be replayed, or what diverged in the replay (NULL: replayed with "
+      "every action answered as stored)."),
+    C("actions_replayed", I32, "Environment actions (and runtime terminations) replayed."),
+    C("actions_diverged", I32, "Replayed actions whose validity, feedback code or resulting page differ from the stored "
+      "observation (0: the replay walked the stored trajectory)."),
+    C("reward", F64, "The recomputed reward: the component `primary_reward` names."),
+    C("r_type", F64, "Recomputed reward component: product type match."),
+    C("r_att", F64, "Recomputed reward component: attribute match."),
+    C("r_option", F64, "Recomputed reward component: option match."),
+    C("r_price", F64, "Recomputed reward component: price within budget."),
+    C("r_loose", F64, "Recomputed r_loose."),
+    C("r_strict", F64, "Recomputed r_strict."),
+    C("r_success", F64, "Recomputed r_success (1 iff all four components are 1)."),
+    C("success", B, "r_success = 1 (sources with a task reward only: reward >= 1)."),
+    C("right_product", B, "Recomputed: the purchased product is the goal's (the goal itself is never stored)."),
+    C("termination_reason", S, "Recomputed termination reason (`purchase`, `action_limit`, `generation_length`, ...)."),
+    C("primary_failure", S, "The rule taxonomy's primary failure (view `episode_primary_failure`'s rule) over the "
+      "recomputed episode; NULL for a strict success or an unlabelled episode."),
+    C("label_codes", S, "JSON list: every distinct rule label (`error_labels` codes) of the recomputed episode, sorted."),
+    C("stored_reward", F64, "`episodes.reward` as stored."),
+    C("stored_primary_failure", S, "The primary failure of the stored episode under the same labelling code."),
+    C("reward_changed", B, "The recomputed reward differs from `stored_reward` (by more than 1e-9)."),
+    C("components_changed", B, "Any recomputed r_* component differs from the stored one (NULLs compared as values)."),
+    C("success_changed", B, "`success` differs from the stored episode's."),
+    C("termination_changed", B, "`termination_reason` differs from the stored one."),
+    C("label_changed", B, "`primary_failure` or `label_codes` differ from the stored episode's under the same code."),
+    C("created_at", TS, "When the version was stored (UTC)."),
+))
+
+# >>> skill candidates, reviews and snapshots
+
+_register(_table(
+    "skill_candidates", "one row per skill candidate of a loop round (partition run_id = the round): a rule template "
+    "(`skills mine`), a model-written one (`skills mine --builder llm`) or a hand-written one (`skills add`)",
+    ("candidate_id",),
+    C("candidate_id", S, "`online-` + the first 16 hex of ShopSimRL's fingerprint of {operation, target_chunk_id, content} "
+      "(its candidate id rule): the same skill text gets the same id in every round.", False),
+    C("operation", S, "`ADD` (a new skill) or `REWRITE` (a new version of `target_chunk_id`)."),
+    C("target_chunk_id", S, "The skill a REWRITE replaces; NULL for ADD."),
+    C("title", S, "Short title (the chunk's `### ` heading)."),
+    C("mechanism", S, "The failure mechanism the candidate addresses: a taxonomy code (`option_miss`, ...) for the "
+      "rule builder; the cluster key the candidates were grouped by."),
+    C("content", S, "The skill text as injected, rendered like ShopSimRL's chunk markdown (`### title`, Applies when, "
+      "Procedure, Verify, Avoid)."),
+    C("positive_refs", S, "JSON list of {run_id, episode_id, step_idx}: success-channel evidence (episodes that did what "
+      "the skill prescribes and succeeded), at the step that decided it."),
+    C("negative_refs", S, "JSON list of {run_id, episode_id, step_idx}: failure-channel evidence (episodes labelled with "
+      "the mechanism), at the labelled step."),
+    C("builder", S, "`rules` (the taxonomy's rule templates, `skills mine`), `llm` (a model wrote it from the "
+      "cluster's evidence, `skills mine --builder llm`) or `manual` (`skills add`)."),
+    C("builder_version", S, "Version of the rule templates or the builder's prompt (sha256 prefix), for lineage."),
+    C("source_runs", S, "JSON list: the runs whose episodes were mined."),
+    C("created_at", TS, "When the candidate was written (UTC)."),
+    C("builder_fingerprint", S, "`llm`: the builder model's fingerprint (sha256 of its name, base URL, sampling, "
+      "extra_body and the request format, as `judge_outputs.judge_fingerprint`; never the key); NULL otherwise."),
+    C("builder_input_hash", S, "`llm`: sha256 of the messages sent (canonical JSON). With the fingerprint, the "
+      "request's identity: a cluster already answered with the same evidence and model is not asked again."),
+    C("raw_output", S, "`llm`: the model's answer as received (capped at 20,000 characters); NULL otherwise."),
+))
+
+_register(_table(
+    "skill_reviews", "one row per human review decision on a candidate (partition run_id = the candidate's round); "
+    "the latest review of a candidate is its state", ("reviewed_at",),
+    C("review_id", S, "Identity of the decision (uuid4 hex); `load_id` names the `skills review` invocation.", False),
+    C("candidate_id", S, "The candidate (table `skill_candidates`).", False),
+    C("decision", S, "`accept` or `reject`."),
+    C("reason", S, "Why, in the reviewer's words."),
+    C("reviewer", S, "Who decided (`--reviewer`, default $USER)."),
+    C("firewall_findings", S, "JSON list: the candidate's gold-firewall findings when it was reviewed (view `skill_firewall`)."),
+    C("reviewed_at", TS, "When (UTC)."),
+))
+
+_register(_table(
+    "skill_heldout_tasks", "one row per held-out (val/test) task id of a split manifest, recorded for a loop round by "
+    "`skills mine` (the gold firewall's `contains_heldout_task_id` check)", ("split_manifest_hash", "task_id"),
+    C("split_manifest_hash", S, "sha256 of the manifest's canonical JSON (= `runs.split_manifest_hash` of the mined runs).", False),
+    C("split_manifest_path", S, "Where the manifest was read (`embedded` for the embedded simulator's frozen file)."),
+    C("split", S, "`val` or `test`.", False),
+    C("task_id", I64, "A task id of that split.", False),
+))
+
+_register(_table(
+    "skillbanks", "one row per SkillBank snapshot (`shopsimrl-skillbank-v1` file): one written by `skills snapshot`, "
+    "or one ingested from a ShopSimRL round (`selected_skillbank.json`, `initial_skillbank.json`)", ("bank_sha256",),
+    C("bank_sha256", S, "sha256 of the bank file as ShopSimRL computes it (canonical JSON of the whole parsed file: "
+      "sort_keys, ensure_ascii=False, separators (',', ':')); also in the file's name and the snapshot summary.", False),
+    C("bank_version", S, "The file's `bank_version`."),
+    C("origin", S, "`snapshot` (written by `skills snapshot`) or `ingested` (a ShopSimRL round artifact)."),
+    C("path", S, "Where the file was written or read."),
+    C("skills", I32, "Skills in the bank (rows of `skillbank_skills`)."),
+    C("metadata", S, "JSON: the file's `metadata` object."),
+    C("created_at", TS, "When the snapshot was written or ingested (UTC)."),
+))
+
+_register(_table(
+    "skillbank_skills", "one row per skill of a SkillBank snapshot, in the bank's (injection) order",
+    ("bank_sha256", "position"),
+    C("bank_sha256", S, "The bank (table `skillbanks`).", False),
+    C("position", I32, "1-based position in the bank's `skills` list (the injection order).", False),
+    C("skill_id", S, "The skill's `skill_id` (a chunk id, or the candidate id an ADD winner keeps).", False),
+    C("skill_version", S, "The skill's `version`."),
+    C("enabled", B, "The skill's `enabled`."),
+    C("content", S, "The skill text injected into the prompt."),
+    C("content_sha256", S, "sha256 of the content (ShopSimRL's fingerprint of the JSON string); computed when the file has none."),
+    C("candidate_id", S, "The candidate the skill came from: `metadata.selected_intervention_id` of an ingested bank, the "
+      "`skill_candidates.candidate_id` of a snapshot."),
+    C("estimated_effect", F64, "The gate's coefficient for it (`metadata.estimated_effect`), when known."),
+    C("contribution_rank", I32, "Its rank among the gate's survivors (`metadata.contribution_rank`), when known."),
+    C("metadata", S, "JSON: the skill's `metadata` object."),
 ))
 
 

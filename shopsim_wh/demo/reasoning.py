@@ -25,7 +25,6 @@ embedded`` = the embedded scripted teacher, model ``scripted-teacher``), plus ``
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import re
@@ -41,6 +40,7 @@ from pydantic import Field, ValidationError
 
 from ..core.config import EMBEDDED, Model, _Strict, dotenv_value, read_yaml_mapping
 from ..core.errors import ConfigError, ModelError, ModelUnavailable
+from ..rollout.model import model_fingerprint, model_identity
 
 REQUEST_FORMAT = "shopsim-reasoning-request-v1"  # bump when sql/exports/reasoning-requests.sql changes meaning
 KIND = "reasoning-requests"
@@ -77,13 +77,11 @@ def load_teacher(path: str | os.PathLike) -> TeacherConfig:
 
 
 def teacher_identity(t: Model) -> dict:
-    """What the fingerprint covers (never the key: only the variable's name is in the config)."""
-    return {"model": t.name, "base_url": t.base_url.rstrip("/"), "request_format": REQUEST_FORMAT,
-            "sampling": t.sampling.model_dump(mode="json"), "extra_body": t.extra_body}
+    return model_identity(t, REQUEST_FORMAT)
 
 
 def teacher_fingerprint(t: Model) -> str:
-    return hashlib.sha256(json.dumps(teacher_identity(t), sort_keys=True).encode()).hexdigest()
+    return model_fingerprint(t, REQUEST_FORMAT)
 
 
 @dataclass

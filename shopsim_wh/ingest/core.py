@@ -315,7 +315,11 @@ def _ingest(paths, warehouse, opts: IngestOptions, progress) -> IngestSummary:
         check_name(source, "ingest source name (--source)")
     t0 = time.perf_counter()
     started = _now()
-    forced = None if opts.format == "auto" else get_reader(opts.format)
+    from .loop import FORMAT as LOOP_FORMAT
+    from .loop import split_paths
+
+    rounds, paths = split_paths(paths, opts.format)  # ShopSimRL round directories (loop.py); the rest: trace readers
+    forced = None if opts.format in ("auto", LOOP_FORMAT) else get_reader(opts.format)
     files = expand_paths(paths)
     summary = IngestSummary()
     load_id = f"ingest-{started.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
@@ -367,6 +371,8 @@ def _ingest(paths, warehouse, opts: IngestOptions, progress) -> IngestSummary:
     committed_any = False
     ledger = Ledger(wh.root, load_id)
     with wh.writer() as w:
+        if rounds:
+            committed_any = _land_rounds(w, rounds, load_id, source, summary)
         by_hash, by_file, by_experiment = _existing_runs(wh)
         for f, reader, comps in plan:
             size = f.stat().st_size + sum(c.stat().st_size for c in comps)
@@ -475,6 +481,18 @@ def _ingest(paths, warehouse, opts: IngestOptions, progress) -> IngestSummary:
             crash.point("ingest.load_recorded")
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _land_rounds(w, rounds, load_id: str, source: str | None, summary: IngestSummary) -> bool:
+    """ShopSimRL round directories (:mod:`.loop`), one atomic commit each; True when one landed."""
+    from .loop import FORMAT as LOOP_FORMAT
+    from .loop import ingest_rounds
+
+    results = ingest_rounds(w, rounds, load_id, source, __version__)
+    for r in results:
+        summary.files.append(FileResult(r.path, LOOP_FORMAT, r.round_id, r.status, records=r.rows,
+                                        message=cap(r.message)))
+    return any(r.status == "landed" for r in results)
 
 
 def _drop_staged(wh: Warehouse, load_id: str) -> None:

@@ -26,6 +26,7 @@ failing check.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -287,3 +288,14 @@ def parse_response(doc: Any, latency_ms: float, *, require_tool_call: bool = Tru
         return reject(pc.EMPTY_RESPONSE, f"model returned neither content nor tool calls "
                                         f"(finish_reason={out.finish_reason!r}, reasoning_chars={len(out.reasoning or '')})")
     return out
+
+
+def model_identity(m: Model, request_format: str) -> dict:
+    """What a stored answer's model fingerprint covers (the judge's, a teacher's, a skill writer's): model name,
+    base URL, the request format, sampling and extra_body; never the key (only its variable's name is in a config)."""
+    return {"model": m.name, "base_url": m.base_url.rstrip("/"), "request_format": request_format,
+            "sampling": m.sampling.model_dump(mode="json"), "extra_body": m.extra_body}
+
+
+def model_fingerprint(m: Model, request_format: str) -> str:
+    return hashlib.sha256(json.dumps(model_identity(m, request_format), sort_keys=True).encode()).hexdigest()
