@@ -53,8 +53,8 @@ def test_the_export_runs_the_executor_its_plan_names(export_wh, tmp_path, monkey
     taken = []
     for name, run in list(core.EXECUTORS.items()):
         monkeypatch.setitem(core.EXECUTORS, name, lambda *a, _n=name, _r=run: taken.append(_n) or _r(*a))
-    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", "4")
-    cases = [("atif", {}, "file-groups"), ("sft-action", {"where": "true"}, "spill")]
+    monkeypatch.setenv("SHOPSIM_WH_EXPORT_BATCH_EPISODES", "12")  # a few batches, not one
+    cases = [("atif", {}, "file-groups"), ("ntp", {}, "spill")]
     for kind, opts, strategy in cases:
         assert explain(kind, root, ExportOptions(**opts)).strategy == strategy
         export(kind, root, tmp_path / kind, ExportOptions(**opts))

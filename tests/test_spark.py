@@ -42,6 +42,42 @@ def _views() -> list[str]:
 
 VIEWS = _views()
 
+# The research loop's views (issue 30), empty on the test warehouse: one name per line, sorted.
+LOOP_VIEWS = {
+    "candidate_pools",
+    "episode_labels",
+    "episode_labels_compare",
+    "episode_labels_versions",
+    "evidence_cards",
+    "evidence_clusters",
+    "gate_observations",
+    "judge_agreement",
+    "judge_comparisons",
+    "judge_confusion",
+    "judge_labels",
+    "judge_outputs",
+    "labels",
+    "loop_artifacts",
+    "loop_card_episodes",
+    "loop_card_steps",
+    "loop_chunk_clusters",
+    "loop_cluster_cards",
+    "loop_gate_observations",
+    "loop_ledger_cards",
+    "loop_skill_cards",
+    "loop_skill_evidence",
+    "mask_assignments",
+    "proposal_ledger",
+    "skill_candidate_state",
+    "skill_candidates",
+    "skill_chunks",
+    "skill_firewall",
+    "skill_heldout_tasks",
+    "skill_reviews",
+    "skillbank_skills",
+    "skillbanks",
+}
+
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
@@ -140,7 +176,7 @@ def test_every_shipped_view_is_created_or_listed_unsupported(registered):
     assert registered.skipped == {v: UNSUPPORTED[v] for v in UNSUPPORTED}
 
 
-@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("view", [v for v in VIEWS if v not in LOOP_VIEWS])
 def test_view_equals_duckdb(view, registered, spark, duck):
     if view in _unsupported():
         assert view in registered.skipped  # listed, with its reason, in docs/scale.md (asserted exactly below)
@@ -164,6 +200,18 @@ def test_view_equals_duckdb(view, registered, spark, duck):
     assert not (msg := diff(d, s, columns)), f"{view}: {msg}"
 
 
+def test_loop_views_are_created_with_duckdbs_columns(registered, spark, duck):
+    """The research loop's views (issue 30) hold no rows on this warehouse (no round ingested, no judge or skills
+    run): each is created on Spark with DuckDB's columns, and is empty on DuckDB, so that the row comparison above
+    would have nothing to compare. Their rows are compared where their data exists (the loop's journeys run DuckDB)."""
+    assert LOOP_VIEWS <= set(VIEWS), sorted(LOOP_VIEWS - set(VIEWS))
+    for view in sorted(LOOP_VIEWS):
+        assert view not in registered.skipped, f"{view} is not created on Spark: {registered.skipped.get(view)}"
+        rel = duck.sql(f"SELECT * FROM {view}")
+        assert spark.table(view).columns == [d[0] for d in rel.description], view
+        assert rel.limit(1).fetchall() == [], f"{view} has rows on DuckDB: compare them in test_view_equals_duckdb"
+
+
 def _unsupported() -> dict:
     from shopsim_wh.engines.spark import UNSUPPORTED
 
@@ -178,41 +226,6 @@ def _may_be_empty() -> set:
             "export_sft_reasoning", "export_decisions_wanted"} | LOOP_VIEWS
 
 
-# The research loop's views (issue 30), empty on the test warehouse: one name per line, sorted.
-LOOP_VIEWS = {
-    "candidate_pools",
-    "episode_labels",
-    "episode_labels_compare",
-    "episode_labels_versions",
-    "evidence_cards",
-    "evidence_clusters",
-    "gate_observations",
-    "judge_agreement",
-    "judge_comparisons",
-    "judge_confusion",
-    "judge_labels",
-    "judge_outputs",
-    "labels",
-    "loop_artifacts",
-    "loop_card_episodes",
-    "loop_card_steps",
-    "loop_chunk_clusters",
-    "loop_cluster_cards",
-    "loop_gate_observations",
-    "loop_ledger_cards",
-    "loop_skill_cards",
-    "loop_skill_evidence",
-    "mask_assignments",
-    "proposal_ledger",
-    "skill_candidate_state",
-    "skill_candidates",
-    "skill_chunks",
-    "skill_firewall",
-    "skill_heldout_tasks",
-    "skill_reviews",
-    "skillbank_skills",
-    "skillbanks",
-}
 
 
 @pytest.mark.parametrize("call", [
