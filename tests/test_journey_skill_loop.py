@@ -32,6 +32,22 @@ skills: {{path: null}}
 PLACEBO = "### Take a breath\n\n- Applies when: always\n- Procedure:\n  1. Take a moment before each action.\n"
 
 
+def test_this_journey_runs_the_tutorials_loop_config():
+    """tests/test_tutorial.py stops before section 8: this file runs it, on the tutorial's own `loop.yaml`."""
+    import re
+
+    import yaml
+
+    from .conftest import REPO
+
+    text = (REPO / "docs" / "tutorial.md").read_text()
+    block = re.search(r"^```yaml file=loop\.yaml\n(.*?)^```", text, re.S | re.M).group(1)
+    assert yaml.safe_load(block) == yaml.safe_load(CONFIG)
+    for command in ("skills mine", "skills add", "skills review", "skills snapshot", "--rule strictly-positive-top-k",
+                    "skills select"):
+        assert command in text.split("<!-- tutorial: skills loop -->")[1], command
+
+
 def _json(res) -> dict:
     return json.loads(ok(res).stdout)
 

@@ -1,5 +1,7 @@
 """docs/tutorial.md as a user follows it: its files written, every `console` command run in order by a real shell
-in an empty directory, each exit code and each output line it shows checked (digits may differ)."""
+in an empty directory, each exit code and each output line it shows checked (digits may differ). Section 8 (the
+skills loop: three runs and the loop's commands) is run by tests/test_journey_skill_loop.py on the same config,
+which that file holds equal to the tutorial's `loop.yaml`; running it twice cost the suite ~45 CPU s."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from .conftest import REPO
 
 TUTORIAL = REPO / "docs" / "tutorial.md"
+LOOP_SECTION = "<!-- tutorial: skills loop -->"
 BLOCK = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.S | re.M)
 NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?")
 
@@ -48,7 +51,9 @@ def test_every_command_of_the_tutorial_runs_as_shown(tmp_path):
            "NO_COLOR": "1", "COLUMNS": "200"}
     env.pop("SHOPSIM_WH_HOME", None)
     assert (Path(sys.executable).parent / "shopsim-wh").exists(), "install the package (pip install -e .) first"
-    for kind, what, detail in steps(TUTORIAL.read_text()):
+    text = TUTORIAL.read_text()
+    assert LOOP_SECTION in text
+    for kind, what, detail in steps(text.split(LOOP_SECTION)[0]):
         if kind == "file":
             (tmp_path / what).write_text(detail)
             continue
