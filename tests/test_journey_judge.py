@@ -25,6 +25,7 @@ from shopsim_wh.sim import judge as scripted
 from shopsim_wh.sim.tasks import generate_tasks, persona_profile
 from shopsim_wh.testing.servers import serve_asgi
 
+from .conftest import read_body
 from .helpers import write_config
 from .journeys import ok, shopsim
 
@@ -108,12 +109,7 @@ class Recorder:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return
-        raw = b""
-        while True:
-            msg = await receive()
-            raw += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        raw = await read_body(receive)
         body = json.loads(raw)
         doc = scripted.completion(body)
         canon = json.dumps(body["messages"], sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -26,6 +26,7 @@ import yaml
 from shopsim_wh.sim.tasks import generate_tasks, persona_profile
 from shopsim_wh.testing.servers import serve_asgi
 
+from .conftest import read_body
 from .helpers import write_config
 from .journeys import ok, shopsim
 
@@ -80,12 +81,7 @@ class SkillModel:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return
-        raw = b""
-        while True:
-            msg = await receive()
-            raw += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        raw = await read_body(receive)
         body = json.loads(raw)
         user = next(m["content"] for m in body["messages"] if m["role"] == "user")
         _, content = self.answer(user)

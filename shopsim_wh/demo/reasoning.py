@@ -33,14 +33,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from ..core.config import EMBEDDED, Model, _Strict, dotenv_value, read_yaml_mapping
+from ..core.config import EMBEDDED, Model, _Strict, dotenv_value
 from ..core.errors import ConfigError, ModelError, ModelUnavailable
-from ..rollout.model import model_fingerprint, model_identity
+from ..rollout.model import load_model_file, model_fingerprint, model_identity
 
 REQUEST_FORMAT = "shopsim-reasoning-request-v1"  # bump when sql/exports/reasoning-requests.sql changes meaning
 KIND = "reasoning-requests"
@@ -64,16 +63,7 @@ class TeacherConfig(_Strict):
 
 
 def load_teacher(path: str | os.PathLike) -> TeacherConfig:
-    path = Path(path)
-    raw = read_yaml_mapping(path)
-    try:
-        cfg = TeacherConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(f"{path}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}; "
-                          "see docs/export_rl.md (synthetic reasoning) for the keys") from None
-    if cfg.dotenv and not Path(cfg.dotenv).is_absolute():
-        cfg.dotenv = str(path.resolve().parent / cfg.dotenv)
-    return cfg
+    return load_model_file(path, TeacherConfig, "see docs/export_rl.md (synthetic reasoning) for the keys")
 
 
 def teacher_identity(t: Model) -> dict:

@@ -42,7 +42,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from ..core.config import EMBEDDED, Model, _Strict, dotenv_value, read_yaml_mapping
 from ..core.errors import ConfigError, ModelError, ModelUnavailable, TestSplitGuard
-from .model import model_fingerprint, model_identity
+from .model import load_model_file, model_fingerprint, model_identity
 
 REQUEST_FORMAT = "shopsim-judge-request-v1"  # bump when the rendering of a judge request changes meaning
 JUDGE_MODEL = "scripted-judge"
@@ -144,17 +144,8 @@ def load_judge_config(spec: str | os.PathLike) -> JudgeConfig:
     """``embedded`` (the scripted judge) or a YAML file with a ``model:`` section."""
     if str(spec) == EMBEDDED:
         return JudgeConfig(model=Model(name=JUDGE_MODEL, sampling={"temperature": 0.0}))
-    path = Path(spec)
-    raw = read_yaml_mapping(path)
-    try:
-        cfg = JudgeConfig.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}; the judge config takes "
-                          "`model:` (the run config's model keys), `concurrency`, `dotenv` (docs/judge.md)") from None
-    if cfg.dotenv and not Path(cfg.dotenv).is_absolute():
-        cfg.dotenv = str(path.resolve().parent / cfg.dotenv)
-    return cfg
+    return load_model_file(spec, JudgeConfig, "the judge config takes `model:` (the run config's model keys), "
+                           "`concurrency`, `dotenv` (docs/judge.md)")
 
 
 def judge_identity(m: Model) -> dict:

@@ -299,3 +299,24 @@ def model_identity(m: Model, request_format: str) -> dict:
 
 def model_fingerprint(m: Model, request_format: str) -> str:
     return hashlib.sha256(json.dumps(model_identity(m, request_format), sort_keys=True).encode()).hexdigest()
+
+
+def load_model_file(path, cls, keys_hint: str):
+    """A YAML file holding a ``model:`` section (a judge's, a teacher's, a skill writer's config) validated as
+    ``cls``; its ``dotenv`` resolved against the file's directory. ``keys_hint`` ends the error message."""
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from ..core.config_import import read_yaml_mapping
+    from ..core.errors import ConfigError
+
+    path = Path(path)
+    try:
+        cfg = cls.model_validate(read_yaml_mapping(path))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}; {keys_hint}") from None
+    if cfg.dotenv and not Path(cfg.dotenv).is_absolute():
+        cfg.dotenv = str(path.resolve().parent / cfg.dotenv)
+    return cfg
