@@ -31,6 +31,13 @@ EXPECTED = {
     "prm": {"shopsim-wh-runner", "shopsimrl-v4", "openai-messages"},
     "preference": set(),
     "sft-reasoning": set(),
+    # the token kinds read the training namespace, which this warehouse has none of (no record_tokens run, no
+    # slime dump): tests/test_export_tokens.py exports them from both writers
+    "rl-tokens": set(),
+    "slime-samples": set(),
+    # the RL prompt kinds read shop tasks only: no other source has an environment to replay its first turn in
+    "verl-rl": {"shopsim-wh-runner", "shopsimrl-v4"},
+    "trl-grpo": {"shopsim-wh-runner", "shopsimrl-v4"},
 }
 ALL = {"shopsim-wh-runner", "shopsimrl-v4", "claude-code", "agent-multi-turn", "openai-messages", "atif"}
 

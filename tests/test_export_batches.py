@@ -17,8 +17,9 @@ _fixtures = fx.export_wh, fx.export_con, fx.every_kind
 _wh, _con, _kinds = _fixtures  # pytest finds fixtures among module attributes
 
 BATCH = 4
-# where = true over this warehouse gives no row: no task with rollouts far enough apart; no synthetic reasoning
-NO_ROWS_HERE = {"preference", "sft-reasoning"}
+# where = true over this warehouse gives no row: no task with rollouts far enough apart; no synthetic reasoning; no
+# training namespace (tests/test_export_tokens.py checks the token kinds' batches)
+NO_ROWS_HERE = {"preference", "sft-reasoning", "rl-tokens", "slime-samples"}
 
 
 @pytest.mark.parametrize("kind", [k.name for k in list_kinds()])
@@ -125,16 +126,19 @@ def test_shards_are_ranges_of_the_episode_hash():
                    if lo <= int(hashlib.md5(e.encode()).hexdigest()[:8], 16) <= hi)
 
 
-def test_prm_labels_split_across_shards(export_con, tmp_path):
-    """A BOOLEAN[] column (prm's labels) cut at a shard boundary: the slice's null mask and offsets convert
-    (pyarrow refuses ListArray.from_arrays on them, which failed every multi-shard prm export)."""
+@pytest.mark.parametrize("shape", [None, "trl-stepwise"])
+def test_prm_labels_split_across_shards(shape, export_con, tmp_path):
+    """BOOLEANs cut at a shard boundary, in a list of structs (prm's steps[].label) and in a BOOLEAN[] column
+    (labels of --prm-shape trl-stepwise): the slice's null mask and offsets convert (pyarrow refuses
+    ListArray.from_arrays on them, which failed every multi-shard prm export)."""
     import pyarrow.parquet as pq
 
-    res = export("prm", export_con, tmp_path / "prm", where="true", shard_rows=2)
+    res = export("prm", export_con, tmp_path / "prm", where="true", shard_rows=2, prm_shape=shape)
     assert len(res.shards) > 1
     rows = [r for s in res.shards for r in pq.read_table(tmp_path / "prm" / s["file"]).to_pylist()]
     assert len(rows) == res.rows > 0
-    assert all(isinstance(v, bool) for r in rows for v in r["labels"])
+    labels = [v for r in rows for v in (r["labels"] if shape else [s["label"] for s in r["steps"]])]
+    assert labels and all(isinstance(v, bool) for v in labels)
 
 
 @pytest.mark.parametrize("open_files", [1000, 3], ids=["one-pass", "two-passes"])

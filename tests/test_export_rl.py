@@ -27,7 +27,7 @@ from .test_export_templates import tokenizers as tokenizers  # the fixture: one 
 GAMMA = 0.9
 KINDS = ("preference", "kto", "prm", "offline-rl")
 MESSAGE_COLUMNS = {"preference": ("prompt", "chosen", "rejected"), "kto": ("prompt", "completion"),
-                   "prm": ("prompt", "completions"), "offline-rl": ("state", "action")}
+                   "prm": ("prompt", "steps"), "offline-rl": ("state", "action")}
 PERSONA = re.compile(r"(\n\n)?用户个人文档：\n[^\n]*")
 
 
@@ -176,9 +176,10 @@ def test_mc_values_and_prm_labels_match_python(exported, rules, model):
     shared = 0
     for r in got:
         ds = per_ep[(r["run_id"], r["episode_id"])]
-        assert r["n_steps"] == len(ds) == len(r["completions"]) == len(r["labels"])
-        for d, value, n, label, source in zip(ds, r["mc_values"], r["mc_counts"], r["labels"], r["label_sources"],
-                                              strict=True):
+        assert r["n_steps"] == len(ds) == len(r["steps"])
+        assert [s["step_idx"] for s in r["steps"]] == [d["step_idx"] for d in ds]
+        for d, step in zip(ds, r["steps"], strict=True):
+            value, n, label, source = step["mc_value"], step["mc_count"], step["label"], step["label_source"]
             rewards = model["q"][(d["task_id"], d["state"], d["action"])]
             assert n == len(rewards) and value == pytest.approx(sum(rewards) / len(rewards))
             shared += n >= 2
@@ -268,7 +269,7 @@ def test_kinds_load_with_datasets(exported):
         row = ds[0]
         for col in MESSAGE_COLUMNS[kind]:
             value = row[col]
-            msgs = [m for step in value for m in step] if kind == "prm" and col == "completions" else value
+            msgs = [m for step in value for m in step["completion"]] if kind == "prm" and col == "steps" else value
             assert all(isinstance(m, dict) and "role" in m for m in msgs), (kind, col)
         calls = [c for m in (row.get("chosen") or row.get("action") or row.get("completion") or []) for c in
                  (m.get("tool_calls") or [])]
@@ -348,7 +349,7 @@ def test_preference_and_prm_rows_render_through_the_chat_templates(exported, tok
                 rendered[("preference", row["level"], template)] += _check_render(
                     tok, template, row["prompt"], row[side], row["tools"])
         for row in picked_prm:
-            steps = [m for step in row["completions"] for m in step]
+            steps = [m for step in row["steps"] for m in step["completion"]]
             rendered[("prm", template)] += _check_render(tok, template, row["prompt"], steps, row["tools"])
     assert all(rendered[("preference", level, t)] > 0 for level in ("step", "trajectory") for t in tokenizers)
     assert all(rendered[("prm", t)] > 0 for t in tokenizers)

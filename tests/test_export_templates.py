@@ -67,11 +67,22 @@ def conversation(row: dict) -> tuple[list[dict], list[dict]]:
         return msgs(row["state"]), msgs(row["action"])
     if "chosen" in row:
         return msgs(row["prompt"]), msgs(row["chosen"])
-    if "completions" in row:
+    if "steps" in row:  # prm's default shape: one struct per step
+        return msgs(row["prompt"]), [m for step in row["steps"] for m in msgs(step["completion"])]
+    if "completions" in row:  # prm's --prm-shape trl-stepwise
         return msgs(row["prompt"]), [m for step in msgs(row["completions"]) for m in msgs(step)]
     if "completion" in row:
         return msgs(row["prompt"]), msgs(row["completion"])
+    if "messages" not in row:  # a prompt-only row (trl-grpo): nothing trained, the prompt rendered with its tools
+        return msgs(row["prompt"]), []
     return [], msgs(row["messages"])
+
+
+def row_tools(row: dict) -> list[dict]:
+    """A row's tool schemas: a list of JSON texts or objects, or one JSON text of the list (trl-grpo)."""
+    tools = row.get("tools") or []
+    tools = json.loads(tools) if isinstance(tools, str) else tools
+    return [json.loads(t) if isinstance(t, str) else t for t in tools]
 
 
 def _rows(every_kind, kind):
@@ -156,7 +167,7 @@ def check_tools_render(row: dict, toks: dict, rejected: frozenset = frozenset())
     tool's enum (merged over the trajectory, or the step's own) and in its rendered definition; calls whose id is
     in ``rejected`` (refused by the environment: ``actions.action_valid`` false) are left out. Returns the
     number of renders."""
-    tools = [json.loads(t) if isinstance(t, str) else t for t in row.get("tools") or []]
+    tools = row_tools(row)
     names = [t["function"]["name"] for t in tools]
     assert len(names) == len(set(names)), (row["sample_id"], names)
     schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
@@ -195,8 +206,7 @@ def test_every_tools_kind_defines_each_tool_once_in_every_template(every_kind):
     for kind in kinds:
         for row in _rows(every_kind, kind):
             rendered += check_tools_render(row, toks)
-            click = next((json.loads(t) if isinstance(t, str) else t for t in row.get("tools") or []
-                          if (json.loads(t) if isinstance(t, str) else t)["function"]["name"] == "click"), None)
+            click = next((t for t in row_tools(row) if t["function"]["name"] == "click"), None)
             if click and {"next >", "< prev"} <= set(click["function"]["parameters"]["properties"]["value"]["enum"]):
                 merged += 1  # a results page's and a product page's clickables in one schema
     assert rendered > 0 and merged > 0

@@ -58,6 +58,7 @@ SEMANTIC_CASES = {  # field -> changed value (BASE of tests/helpers.py is the st
 EXECUTION_CASES = {
     "experiment.dotenv": ".env", "model.base_url": "http://127.0.0.1:9/v1", "model.api_key_env": "SHOPSIM_FP_KEY",
     "model.trust_env": True, "model.timeout_s": 3.0, "model.max_retries": 0, "model.retry_backoff_s": 0.0,
+    "model.record_tokens": True, "model.tokenizer": "builtin",
     "environment.timeout_s": 5.0, "environment.lease_timeout_s": 9.0, "environment.exclusive": True,
     "environment.trust_env": True, "runtime.concurrency": 1,
     "output.warehouse": "elsewhere", "output.catalog": "bi.duckdb", "runtime.executor": "ray",

@@ -428,7 +428,7 @@ def test_progress_and_format_names(tmp_path):
     ingest([f], tmp_path / "wh", progress=lambda done, total: seen.append((done, total)))
     assert seen and seen[-1] == (f.stat().st_size, f.stat().st_size)
     assert all(a <= b for (a, _), (b, _) in zip(seen, seen[1:], strict=False))
-    assert formats() == ["agent-multi-turn", "atif", "claude-code", "openai-messages", "shopsimrl-v4"]
+    assert formats() == ["agent-multi-turn", "atif", "claude-code", "openai-messages", "shopsimrl-v4", "slime"]
     with pytest.raises(IngestError, match="valid formats: auto, agent-multi-turn"):
         ingest([f], tmp_path / "wh", IngestOptions(format="shopsim-v4"))
 

@@ -189,7 +189,7 @@ def test_a_writer_waiting_for_the_lock_names_the_holder_at_once_and_keeps_its_bo
     assert json.loads(ok(shopsim("runs", "list", "-w", wh, "--format", "json")).stdout)["runs"]
 
 
-HIDDEN_MODULES = ("boto3", "botocore", "s3fs", "pyspark", "sqlglot", "ray")
+HIDDEN_MODULES = ("boto3", "botocore", "s3fs", "pyspark", "sqlglot", "ray", "torch", "tokenizers", "transformers", "jinja2")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 from .export_fixtures import FIX, REAL
 from .helpers import write_config
 from .journeys import ok, shopsim
-from .test_export_templates import ALL_TEMPLATES, chat_tokenizer, check_tools_render
+from .test_export_templates import ALL_TEMPLATES, chat_tokenizer, check_tools_render, row_tools
 
 NEED_MORE_INPUT = {"sft-reasoning"}  # rows only after `synth-reasoning` got a teacher's answers
 
@@ -56,7 +56,7 @@ def test_every_kind_with_tools_lists_each_name_once_and_renders_it_once(journey)
             if seen[row.get("source_format")] < 2:  # every row is checked for names; 2 per source rendered
                 seen[row.get("source_format")] += 1
                 per_kind[kind] += check_tools_render(row, toks, refused)
-            names = [t["function"]["name"] for t in row.get("tools") or []]
+            names = [t["function"]["name"] for t in row_tools(row)]
             assert len(names) == len(set(names)), (kind, row["sample_id"], names)
     assert all(per_kind[k] > 0 for k in kinds if k not in NEED_MORE_INPUT), per_kind
 

@@ -77,6 +77,12 @@ LOOP_VIEWS = {
     "skillbank_skills",
     "skillbanks",
 }
+# The token exports (issue 31) read the training namespace, empty on the test warehouse (no record_tokens run, no
+# slime dump): checked as the loop's views are (created on Spark with DuckDB's columns, empty on DuckDB);
+# tests/test_export_tokens.py holds their rows on DuckDB.
+# the training namespace (issue 31): the runner's recorded turns and retokenization checks are not in the Spark
+# warehouse (its slime dumps fill the other training views, compared row for row)
+LOOP_VIEWS |= {"model_turn_tokens", "training_retokenization", "training_token_drift"}
 
 
 @pytest.fixture(scope="session")
@@ -105,6 +111,10 @@ def spark_wh(tmp_path_factory, cache_dir) -> Path:
     root = tmp / "wh"
     shutil.copytree(export_fixtures.built(tmp_path_factory)["root"], root)  # runner episodes + every real trace
     generate(root, 60, WarehouseSpec(runs=demo_runs(), seed=11, repeats=2, coding_episodes=4))  # the cookbook's runs, small
+    # slime's rollout dumps with their ShopSimRL traces (issue 31): the training views and token exports hold rows
+    from shopsim_wh.ingest import IngestOptions, ingest
+
+    ingest([Path(__file__).parent / "fixtures" / "slime" / "train"], root, IngestOptions(format="slime", parallel=False))
     return root
 
 

@@ -49,6 +49,10 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "s3fs": ("s3", "an s3:// warehouse"),
     "pyspark": ("spark", "Spark (--engine spark, spark-views)"), "sqlglot": ("spark", "Spark (--engine spark, spark-views)"),
     "ray": ("ray", "runtime.executor: ray"),
+    "torch": ("slime", "a slime dump holding tensors (ingest --format slime)"),
+    "tokenizers": ("tokens", "a Hugging Face tokenizer (--tokenizer DIR, model.tokenizer)"),
+    "transformers": ("tokens", "a Hugging Face tokenizer's chat template (--tokenizer DIR)"),
+    "jinja2": ("tokens", "a Hugging Face tokenizer's chat template (--tokenizer DIR)"),
 }
 
 SQL_HINT = ("hint: `shopsim-wh tables` lists the tables and views; docs/schema.md and docs/sql_cookbook.md "

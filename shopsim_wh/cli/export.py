@@ -27,6 +27,7 @@ def export(
     include_reasoning: Annotated[bool, typer.Option("--include-reasoning", help="Include reasoning_content (excluded by default).")] = False,
     include_persona: Annotated[bool, typer.Option("--include-persona", help="Include the user persona of system prompts (excluded by default).")] = False,
     gamma: Annotated[float, typer.Option(help="Discount for return-to-go (offline-rl).")] = 1.0,
+    prm_shape: Annotated[str | None, typer.Option("--prm-shape", help="prm: steps (default: shopsim-wh's stepwise schema) or trl-stepwise (TRL <= 1.13's prompt / completions / labels).")] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the kinds with grain, columns and an example row, then exit.")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Print the export's plan (scope, filter, strategy and why, batches, shards) and write nothing.")] = False,
     summary_format: Annotated[str, typer.Option("--summary-format", help="How to print the result: text or json (one object on stdout).")] = "text",
@@ -47,7 +48,8 @@ def export(
     root = default_root(warehouse)
     options = ExportOptions(runs=runs or None, experiment=experiment, where=where, format=fmt, shard_rows=shard_rows,
                             window=window, max_tokens=max_tokens, allow_test=allow_test,
-                            include_reasoning=include_reasoning, include_persona=include_persona, gamma=gamma)
+                            include_reasoning=include_reasoning, include_persona=include_persona, gamma=gamma,
+                            prm_shape=prm_shape)
     if explain:
         if kind is None:
             raise ShopsimError("pass a KIND to explain (e.g. `shopsim-wh export sft-action --explain`)")

@@ -19,7 +19,7 @@ def _already_in(status: str) -> bool:
 
 def ingest(
     paths: Annotated[list[str], typer.Argument(help="Files, directories (recursive) or globs; .gz and .zst are read as well.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="auto, shopsimrl-v4, agent-multi-turn, claude-code, openai-messages, atif, or shopsimrl-trace2skill (ShopSimRL round directories: found by their shape under auto; docs/loop.md).")] = "auto",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="auto, shopsimrl-v4, agent-multi-turn, claude-code, openai-messages, atif, shopsimrl-trace2skill (ShopSimRL round directories: found by their shape under auto; docs/loop.md), or slime (slime's rollout_data_*.pt dumps and ShopSimRL's runs/slime-training traces: found by their content and layout under auto; docs/ingest.md).")] = "auto",
     warehouse: WarehouseOpt = None,
     source: Annotated[str | None, typer.Option(help="Source name used in run ids and runs.experiment.")] = None,
     output: Annotated[str, typer.Option("--output", help="text, or json: one JSON object on stdout (--format "
@@ -27,6 +27,8 @@ def ingest(
     quiet: QuietOpt = False,
     catalog: Annotated[Path | None, typer.Option("--catalog", help="BI catalog file to rebuild afterwards (docs/bi.md); <warehouse>/catalog.duckdb is rebuilt whenever it exists.")] = None,
     max_record_bytes: Annotated[str | None, typer.Option("--max-record-bytes", help="Longest record (JSONL line, or file read as one JSON document) held in memory, e.g. 64MB; a longer one is one record_too_large error row, skipped unread. Default $SHOPSIM_WH_MAX_RECORD_BYTES or 64MiB.")] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="slime dumps: the tokenizer their token ids belong to (a Hugging Face name or tokenizer directory, or builtin:shopsim-bytes-v1), stored as training_samples.tokenizer_id (and its hash when it can be loaded).")] = None,
+    traces: Annotated[list[str] | None, typer.Option("--traces", help="slime dumps: a directory to look for their ShopSimRL traces in (by the tail <round>/group-…/rollout-N.json) when the recorded paths do not exist here; repeatable. Default: the dump's directory and slime-training/, runs/slime-training/ under it and its ancestors.")] = None,
 ) -> None:
     """Land historical traces in the same tables the runner writes; bad records become ingest_errors rows.
 
@@ -41,9 +43,12 @@ def ingest(
 
     check_output(output)
     limit = resolve_max_record(max_record_bytes)  # a bad value: exit 2 before anything is read
-    options = IngestOptions(format=fmt, source=source, max_record_bytes=limit)
+    options = IngestOptions(format=fmt, source=source, max_record_bytes=limit, tokenizer=tokenizer,
+                            traces=tuple(traces or ()))
     root = default_root(warehouse)
-    if not expand_paths(paths):  # directories holding no data file: say what is there, touch no warehouse
+    from ..ingest.slime import dump_files
+
+    if not expand_paths(paths) and not dump_files(paths):  # no data file: say what is there, touch no warehouse
         _fail(output, _nothing_to_read(paths), {"units_read": 0, "episodes_landed": 0, "files": [],
                                                 "warehouse": str(root)})
     if quiet or output == "json":
@@ -98,7 +103,7 @@ def _report(d: dict, root, summary) -> None:
     typer.echo(f"{d['units_read']} unit(s) landed{held}, {d['episodes_landed']} episode(s) landed, "
                f"{d['records_rejected']} record(s) rejected in {d['seconds']:.1f} s ({d['mb_per_s']:.1f} MB/s) -> warehouse {root}")
     for f in summary.files:
-        if f.status != "landed" or f.format == "shopsimrl-trace2skill":  # a round: what it landed
+        if f.status != "landed" or f.format in ("shopsimrl-trace2skill", "slime"):  # a round, a dump: what landed
             typer.echo(f"  {f.status:>18}  {f.path}" + (f"  ({f.message})" if f.message else ""))
     if d["records_rejected"]:
         typer.echo("  rejected records: shopsim-wh sql \"select source_file, line, error_class, message from ingest_errors\"")
@@ -121,7 +126,10 @@ def _nothing_landed(files) -> str:
         counts[f.status] = counts.get(f.status, 0) + 1
     names = ", ".join(Path(f.path).name for f in files[:5]) + (", ..." if len(files) > 5 else "")
     by_status = ", ".join(f"{n} {status}" for status, n in counts.items())
-    return (f"no episode landed from {len(files)} input(s) ({by_status}: {names}); pass --format to force a "
+    failed = next((f for f in files if f.status == "failed" and f.message), None)
+    name = Path(failed.path).name if failed else ""
+    why = "" if not failed else f"; {failed.message}" if failed.message.startswith(name) else f"; {name}: {failed.message}"
+    return (f"no episode landed from {len(files)} input(s) ({by_status}: {names}){why}; pass --format to force a "
             "reader, or check the files (ingest_errors holds the rejected records)")
 
 

@@ -34,6 +34,7 @@ from . import (
     skills,
     spark,
     synth,
+    training,
     vacuum,
 )
 
@@ -79,6 +80,7 @@ reverify.register(app)
 app.add_typer(config.app, name="config", help="Config tools: `config import` converts a ShopSimRL experiment YAML.")
 app.add_typer(sim.app, name="sim", help="The embedded ShopSimulator-compatible server and scripted policy.")
 app.add_typer(skills.app, name="skills", help="Skill candidates behind the gold firewall, reviews, SkillBank snapshots and the gate's selection.")
+app.add_typer(training.app, name="training", help="The training namespace: `training retokenize` checks stored token ids against a tokenizer, `training summary`.")
 
 
 def main() -> None:

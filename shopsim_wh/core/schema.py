@@ -23,11 +23,13 @@ import pyarrow as pa
 
 from .protocol_codes import CODES, GENERIC, PROTOCOL
 
-SCHEMA_VERSION = 5  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
+SCHEMA_VERSION = 6  # 2: episodes.source_extra, steps.metadata/tool_schema_hashes, tools.attempt
 # 3: episodes.r_loose/r_strict/r_success/reward_derived/reset_payload; runs.primary_reward/environment_version/
 #    observation_version; observations.payload
 # 4: tables synthetic_reasoning (synth-reasoning answers) and gate_results (gate decisions)
 # 5: the research loop's tables (issue 30): Trace2Skill artifacts, judge outputs and labels, skill candidates
+# 6: the training namespace (issue 31): training_samples, training_tokens, training_spans, model_turn_tokens,
+#    training_retokenization
 PARTITION_KEY = "run_id"
 _PROTOCOL_DOC = (
     "The turn's protocol error, NULL when none. The runner (as ShopSimRL's runtime) writes "
@@ -71,6 +73,7 @@ class Table:
 
 
 S, I16, I32, I64, F64, B = pa.string(), pa.int16(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
+IDS, MASK, LOGPROBS = pa.list_(pa.int32()), pa.list_(pa.int8()), pa.list_(pa.float64())
 TS = pa.timestamp("us", tz="UTC")
 
 
@@ -786,6 +789,111 @@ _register(_table(
     C("estimated_effect", F64, "The gate's coefficient for it (`metadata.estimated_effect`), when known."),
     C("contribution_rank", I32, "Its rank among the gate's survivors (`metadata.contribution_rank`), when known."),
     C("metadata", S, "JSON: the skill's `metadata` object."),
+))
+
+
+# --- the training namespace (issue 31) --------------------------------------------------------------------------
+# Trainer-specific fields beside the same episode and step trace (seed 000 §10): a new trainer version adds rows
+# here and never migrates history. Partition run_id = the episode's run. Writers: the slime dump ingest
+# (shopsim_wh/ingest/slime.py, `source = 'slime'`) and the runner with `model.record_tokens: true`
+# (`source = 'runner'`). Readers: sql/base/30_training.sql, the exports rl-tokens and slime-samples.
+_SAMPLE_KEY = EPISODE_KEY + AGENT_KEY + (
+    C("sample_idx", I32, "0-based position of the sample within its episode's token-contiguous fan-out (slime forks "
+      "an episode into several samples when the re-rendered prompt drifts from the sampled tokens).", False),
+)
+
+_register(_table(
+    "training_samples", "one row per trainer sample: a token-contiguous stretch of one agent's episode (slime's "
+    "`Sample`: prompt tokens then response tokens, the model's own and the tool answers between them)",
+    ("episode_id", "agent_id", "sample_idx"),
+    *_SAMPLE_KEY,
+    C("source", S, "Who wrote the row: `slime` (a `--save-debug-rollout-data` dump) or `runner` (`model.record_tokens`).", False),
+    C("rollout_step", I64, "slime's rollout number (the dump's top-level `rollout_id`, the `{rollout_id}` of the dump "
+      "path: one per training step); NULL for runner samples."),
+    C("rollout_id", I64, "The sample's own `rollout_id`: shared by every sample fanned out of one episode (ShopSimRL sets "
+      "it to the base sample's index) so that the loss counts the episode once."),
+    C("group_index", I64, "GRPO group (slime `group_index`; ShopSimRL `shopsim_group_index`); the runner's task index."),
+    C("sample_index", I64, "slime `index` of the sample (the episode's `sample_id` for runner samples)."),
+    C("tokenizer_id", S, "The tokenizer the ids belong to: a Hugging Face name or path, or `builtin:shopsim-bytes-v1`."),
+    C("tokenizer_hash", S, "sha256 of the tokenizer's files (tokenizer.json and the chat template); NULL when unknown "
+      "(a slime dump does not name its tokenizer: `ingest --tokenizer` sets it)."),
+    C("prompt_length", I32, "Prompt tokens: `len(tokens) - response_length`."),
+    C("response_length", I32, "Response tokens (slime `response_length`): the tail of `tokens` that `loss_mask` covers."),
+    C("total_length", I32, "`len(tokens)`."),
+    C("trainable_tokens", I32, "Tokens with loss mask 1 (the model's sampled tokens)."),
+    C("status", S, "slime `Sample.Status`: `completed`, `truncated`, `aborted`, `failed` or `pending`."),
+    C("remove_sample", B, "slime `remove_sample`: the trainer drops it (an aborted episode's zero-loss placeholder)."),
+    C("reward", F64, "The scalar reward (slime `reward`, or its `reward` key when it is an object)."),
+    C("r_loose", F64, "`reward.r_loose`, when present."),
+    C("r_strict", F64, "`reward.r_strict`, when present."),
+    C("r_success", F64, "`reward.r_success`, when present."),
+    C("rewards", S, "JSON: the reward whole (`{reward, r_*}` for ShopSimRL) or the bare number."),
+    C("advantage", F64, "The advantage the trainer used, when the source recorded one; the view `training_samples` adds "
+      "`grpo_advantage` (reward normalised within its group) beside it."),
+    C("label", S, "slime `label`."),
+    C("prompt", S, "slime `prompt` (text, or the messages as JSON)."),
+    C("response", S, "slime `response`: the decoded response tokens."),
+    C("weight_versions", S, "JSON list of slime `weight_versions` (the policy versions that sampled it)."),
+    C("trace_path", S, "The ShopSimRL trace the sample came from (`metadata.shopsim_trace_path`), as recorded."),
+    C("metadata", S, "JSON: the sample's `metadata` and any field of the dump not in a column (`spec_info`, ...)."),
+    C("source_file", S, "The dump file (absolute path at ingest); NULL for runner samples."),
+    C("file_sha256", S, "sha256 of the dump file's bytes (idempotent ingest)."),
+))
+
+_register(_table(
+    "training_tokens", "one row per trainer sample: its token arrays (the row of `training_samples` with the same key)",
+    ("episode_id", "agent_id", "sample_idx"),
+    *_SAMPLE_KEY,
+    C("token_ids", IDS, "slime `tokens`: prompt then response token ids.", False),
+    C("loss_mask", MASK, "slime `loss_mask`: one 0/1 per response token (length `response_length`); 1 = sampled by the "
+      "model and trained on, 0 = inserted (tool answers, chat-template glue)."),
+    C("rollout_logprobs", LOGPROBS, "slime `rollout_log_probs`: the sampler's log-probability of each response token "
+      "(0.0 where the mask is 0), as float64."),
+    C("ref_logprobs", LOGPROBS, "Reference or teacher log-probabilities per response token (slime "
+      "`teacher_log_probs`), when recorded."),
+))
+
+_register(_table(
+    "training_spans", "one row per contiguous token range of a trainer sample, tied to the step and message it came "
+    "from", ("episode_id", "agent_id", "sample_idx", "span_idx"),
+    *_SAMPLE_KEY,
+    C("span_idx", I32, "0-based order of the span within the sample.", False),
+    C("token_start", I32, "First token (index into `training_tokens.token_ids`).", False),
+    C("token_end", I32, "One past the last token.", False),
+    C("kind", S, "`prompt` (before the first response token), `model` (sampled, mask 1) or `inserted` (mask 0 inside "
+      "the response: tool answers and template glue)."),
+    C("trainable", B, "Loss mask 1 over the whole span."),
+    C("step_idx", I32, "The model turn (`steps.step_idx`) a `model` span was sampled at, or whose answer an `inserted` "
+      "span carries; NULL for the prompt and when unknown."),
+    C("message_idx", I32, "The message (`messages.msg_idx`) the span renders, when known."),
+    C("how", S, "How the span was tied: `recorded` (the runner knew each turn's ids) or `mask-runs` (a slime sample: "
+      "the k-th run of mask 1 is the k-th model turn of the episode)."),
+))
+
+_register(_table(
+    "model_turn_tokens", "one row per model turn whose token ids the model server returned (`model.record_tokens`)",
+    ("episode_id", "agent_id", "step_idx"),
+    *EPISODE_KEY, *AGENT_KEY,
+    C("step_idx", I32, "The turn (`steps.step_idx`).", False),
+    C("tokenizer_id", S, "The tokenizer the server reported or the config names (`model.tokenizer`)."),
+    C("prompt_token_ids", IDS, "The prompt as the server tokenized it (vLLM `prompt_token_ids`)."),
+    C("completion_token_ids", IDS, "The sampled ids (vLLM `choices[0].token_ids`).", False),
+    C("completion_logprobs", LOGPROBS, "The sampler's log-probability of each sampled token (`logprobs.content[].logprob`)."),
+    C("finish_reason", S, "The turn's finish reason."),
+))
+
+_register(_table(
+    "training_retokenization", "one row per (trainer sample, tokenizer) checked by `shopsim-wh training retokenize`: "
+    "the stored ids against a re-rendering of the sample's messages through the tokenizer's chat template",
+    ("episode_id", "agent_id", "sample_idx", "tokenizer_hash"),
+    *_SAMPLE_KEY,
+    C("tokenizer_id", S, "The tokenizer used for the check."),
+    C("tokenizer_hash", S, "sha256 of its files.", False),
+    C("stored_tokens", I32, "Length of the stored ids."),
+    C("retokenized_tokens", I32, "Length of the re-rendered ids."),
+    C("first_mismatch", I32, "First position where the two differ (NULL: identical)."),
+    C("detail", S, "Why the sample could not be re-rendered (no messages, template error), else NULL."),
+    C("checked_at", TS, "When (UTC)."),
 ))
 
 

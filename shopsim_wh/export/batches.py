@@ -133,11 +133,11 @@ def scoped_episodes(episodes_where: str | None = None) -> str:
 
 def plan(con, spec: Kind, per_batch: int, episodes_where: str | None = None) -> int:
     """Fill TEMP TABLE export_batch_plan (run_id, episode_id, batch) for the scoped episodes (see
-    :func:`scoped_episodes`); return the batches."""
+    :func:`scoped_episodes`); return the batches (one for a kind of ``-- batch: all``)."""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE export_batch_episodes AS
         SELECT run_id, episode_id, task_id FROM {scoped_episodes(episodes_where)}""")
     n = con.execute("SELECT count(*) FROM export_batch_episodes").fetchone()[0]
-    batches = max(1, math.ceil(n / per_batch))
+    batches = 1 if spec.batch == "all" else max(1, math.ceil(n / per_batch))
     key = ("coalesce(CAST(task_id AS VARCHAR), chr(0))" if spec.batch == "task"
            else "run_id || '/' || episode_id")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE export_batch_plan AS

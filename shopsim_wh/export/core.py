@@ -37,6 +37,7 @@ from .plan import (  # noqa: F401  (DEFAULT_SHARD_ROWS, FORMATS, MATERIALIZED, b
     Source,
     blocks_of,
     build_plan,
+    kind_for,
     reads,
 )
 from .registry import ExportError, get_kind
@@ -132,7 +133,7 @@ def export(kind: str, warehouse, out, options: ExportOptions | None = None, *,
     t0 = time.perf_counter()
     options = replace(options or ExportOptions(), **fields)
     options.check()
-    spec = get_kind(kind)
+    spec = kind_for(get_kind(kind), options)
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} is not empty; choose a new --out directory (an export never mixes with old shards)")
@@ -146,7 +147,7 @@ def explain(kind: str, warehouse, options: ExportOptions | None = None, **fields
     """The plan :func:`export` would follow (``export --explain``), computed on the warehouse; nothing is written."""
     options = replace(options or ExportOptions(), **fields)
     options.check()
-    spec = get_kind(kind)
+    spec = kind_for(get_kind(kind), options)
     with _opened(warehouse, spec) as src:
         return build_plan(src, spec, options)
 
@@ -573,6 +574,7 @@ def manifest_of(plan: ExportPlan, warehouse: tuple, written: Written) -> dict:
         "kind": spec.name,
         "grain": spec.grain,
         "trl": spec.trl,
+        **({"shape": spec.shape} if spec.shape else {}),
         "format": opts.format,
         "columns": written.columns,
         "sample_columns": list(spec.sample),

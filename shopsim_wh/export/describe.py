@@ -34,14 +34,19 @@ def _short(value):
 
 def tiny_warehouse(root: Path) -> Path:
     """A small warehouse for examples: the repository's ingest fixtures (Claude Code with sub-agents and a
-    summary, agent_multi_turn, ATIF) when present, else two embedded-simulator episodes."""
+    summary, agent_multi_turn, ATIF, a ShopSimRL v4 run directory for the shop-task kinds, a slime rollout dump
+    with its ShopSimRL traces for the token kinds) when present, else two embedded-simulator episodes with their
+    token ids recorded (``model.record_tokens``)."""
     repo = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
     paths = [repo / "ingest" / "agent_multi_turn", repo / "third_party" / "claude_code_session-share",
-             repo / "third_party" / "atif_login-trace"]
+             repo / "third_party" / "atif_login-trace", repo / "ingest" / "shopsimrl_v4"]
     if all(p.exists() for p in paths):
         from ..ingest import IngestOptions, ingest
 
         ingest(paths, root, IngestOptions(parallel=False))
+        slime = repo / "slime" / "train"
+        if slime.is_dir():
+            ingest([slime], root, IngestOptions(format="slime", parallel=False))
         return root
     from ..core.config import load_config
     from ..rollout import runner
@@ -49,7 +54,8 @@ def tiny_warehouse(root: Path) -> Path:
     cfg_path = root.parent / "demo.yaml"
     cfg_path.write_text(json.dumps({
         "experiment": {"name": "export-demo", "seed": 1}, "tasks": {"split": "train", "sample_size": 2},
-        "model": {"name": "scripted-strong", "base_url": "embedded"}, "environment": {"url": "embedded"},
+        "model": {"name": "scripted-strong", "base_url": "embedded", "record_tokens": True},
+        "environment": {"url": "embedded"},
         "runtime": {"max_steps": 20, "concurrency": 2}}))
     runner.run(load_config(cfg_path), str(root))
     return root
@@ -78,7 +84,7 @@ def describe_kinds(warehouse=None) -> list[dict]:
             row = con.execute(f"SELECT {', '.join(names)} FROM {k.view} ORDER BY sample_id LIMIT 1").fetchone()
             out.append({"name": k.name, "grain": k.grain, "trl": k.trl, "description": k.description,
                         "sample": list(k.sample), "filters": list(k.filters), "default_where": k.default_where,
-                        "record": k.record,
+                        "record": k.record, "shapes": list(k.shape_names),
                         "columns": [[c[0], c[1]] for c in cols] + ([["record", "JSON"]] if k.record else []),
                         "example": None if row is None else {n: _short(v) for n, v in zip(names, row, strict=True)}})
         con.close()
@@ -99,6 +105,9 @@ def export_md(kinds: list[dict]) -> str:
                   f"- sample columns (dedupe key, privacy scan): {', '.join(k['sample'])}",
                   f"- filter columns (`--where`): {', '.join(k['filters'])}",
                   f"- default selection: `{k['default_where']}`" if k["default_where"] else "- default selection: every row",
+                  *([f"- shapes: `{k['shapes'][0]}` (default; the columns below), "
+                     + ", ".join(f"`{s}`" for s in k["shapes"][1:]) + f" (`--{k['name']}-shape`, docs/export_rl.md)"]
+                    if k.get("shapes") else []),
                   "", "| column | type |", "| --- | --- |"]
         lines += [f"| `{n}` | {t} |" for n, t in k["columns"]]
         lines += ["", "Example row (strings cut at 160 characters, lists at 3 items):", "", "```json",
@@ -137,6 +146,7 @@ shopsim-wh export shopsimrl-v4 --explain                                # the pl
 | `--allow-test` | read runs holding test-split episodes (refused otherwise) |
 | `--include-reasoning`, `--include-persona` | include reasoning content / the user persona (excluded by default) |
 | `--gamma` | discount for return-to-go (offline-rl) |
+| `--prm-shape steps\|trl-stepwise` | prm: its own stepwise schema (default) or TRL <= 1.13's `prompt` / `completions` / `labels` ([export_rl.md](export_rl.md#prm)) |
 | `--summary-format text\|json` | how the result is printed (`--format` is the shard format) |
 | `--progress/--quiet` | progress bar on stderr |
 | `--explain` | print the plan (below) and write nothing; with `--summary-format json`, as one object |
@@ -303,8 +313,9 @@ an agent), `export_step_tools` (tools offered per decision) and
 `export_decisions` (one row per decision with its reconstructed `prompt`, `completion`, `observation`, `tools`
 and token estimates). A kind is one `sql/exports/<kind>.sql` whose header (`-- export:`, `grain:`, `trl:`,
 `sample:`, `filters:`, `default-where:`, `description:`, optional `params:`, `materialize:`, `record:`,
-`batch:` (`task` keeps a task's episodes in one batch), `batch-episodes:` (the kind's batch size), `decisions:`
+`batch:` (`task` keeps a task's episodes in one batch; `all`: one batch, the token kinds), `batch-episodes:` (the kind's batch size), `decisions:`
 (a view listing the only decisions whose context `export_decisions` computes for the kind: `preference` needs
-its pairs' decisions only)) the registry reads. `connect()` does not install this layer (its view stacks are slow to bind);
+its pairs' decisions only), `shape:` and `shape-<name>: view=...; trl=...; sample=...` (the kind's default shape
+and its others: the same rows in other columns, from another view of the file, `--prm-shape`)) the registry reads. `connect()` does not install this layer (its view stacks are slow to bind);
 `shopsim_wh.engines.db.install_exports(con)` adds it to a connection for queries by hand.
 """

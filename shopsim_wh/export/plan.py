@@ -56,6 +56,7 @@ class ExportOptions:
     gamma: float = 1.0  # discount for return-to-go (offline-rl)
     min_margin: float | None = None  # preference: smallest reward margin of a pair
     min_step_margin: float | None = None  # prm: smallest step-value margin
+    prm_shape: str | None = None  # prm: `steps` (default) or `trl-stepwise` (TRL <= 1.13's columns)
 
     def check(self) -> None:
         if self.format not in FORMATS:
@@ -73,6 +74,20 @@ class ExportOptions:
                 "export_include_reasoning": bool(self.include_reasoning),
                 "export_include_persona": bool(self.include_persona), "export_gamma": float(self.gamma),
                 "export_min_margin": self.min_margin, "export_min_step_margin": self.min_step_margin}
+
+
+# kind -> the ExportOptions field naming its shape (a kind with several: Kind.shapes, its `-- shape-<name>:` lines)
+SHAPE_OPTIONS = {"prm": "prm_shape"}
+
+
+def kind_for(kind: str | Kind, options: ExportOptions) -> Kind:
+    """The kind an export of ``kind`` with ``options`` writes: the registry's, in the shape its option names
+    (``--prm-shape trl-stepwise``); a shape option given to another kind is refused."""
+    spec = kind if isinstance(kind, Kind) else get_kind(kind)
+    for name, option in SHAPE_OPTIONS.items():
+        if getattr(options, option) is not None and name != spec.name:
+            raise ExportError(f"--{option.replace('_', '-')} applies to the {name} export only, not {spec.name}")
+    return spec.with_shape(getattr(options, SHAPE_OPTIONS[spec.name]) if spec.name in SHAPE_OPTIONS else None)
 
 
 @dataclass
@@ -172,7 +187,7 @@ def view_columns(con, spec: Kind) -> list[str]:
 def build_plan(src: Source, kind: str | Kind, options: ExportOptions) -> ExportPlan:
     """Bind the parameters, fill the scope, check the filter and plan the batches on ``src``'s connection (the
     TEMP tables export_scope and export_batch_plan the executors read); choose the strategy."""
-    spec = kind if isinstance(kind, Kind) else get_kind(kind)
+    spec = kind_for(kind, options)
     con = src.con
     bind_params(con, options.params)
     selected = select_runs(con, options.runs, options.experiment, options.allow_test)

@@ -17,10 +17,15 @@ and creates the view ``export_<kind with - as _>``. Optional keys: ``trl`` ("-" 
 computed once into TEMP tables; ``export_messages``, ``export_episodes`` and ``export_step_tools`` always are),
 ``record`` (a record kind: the view selects episodes and shopsim_wh/export/records.py writes each as one
 ``shopsimrl-v4`` or ``atif`` record), ``batch`` (``task`` for a kind that compares the rollouts of a task, so a
-batch of the bounded-memory evaluation keeps a task's episodes together; default ``episode``; see batches.py),
+batch of the bounded-memory evaluation keeps a task's episodes together; ``all`` for a kind computed in one batch
+whatever the batch size, whose rows come from tables the batches do not split: the token kinds; default
+``episode``; see batches.py),
 ``batch-episodes`` (episodes per batch for this kind, for a kind whose per-batch planning outweighs its rows;
 ``SHOPSIM_WH_EXPORT_BATCH_EPISODES`` still wins), ``decisions`` (a view listing the decisions the kind reads from
-``export_decisions``: only those get their context computed). Files named ``00_*`` are shared building blocks, not kinds.
+``export_decisions``: only those get their context computed), ``shape`` (the name of the default shape of a kind
+that has others) and one ``shape-<name>: view=<view>; trl=<type>; sample=<columns>`` line per other shape: the same
+rows in other columns, from another view of the file (``--prm-shape trl-stepwise``: :meth:`Kind.with_shape`).
+Files named ``00_*`` are shared building blocks, not kinds.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..core.errors import ShopsimError
@@ -45,6 +50,17 @@ class ExportError(ShopsimError):
 
 
 @dataclass(frozen=True)
+class Shape:
+    """Another set of columns for a kind's rows (a ``-- shape-<name>:`` header line): its view, TRL type and
+    sample columns."""
+
+    name: str
+    view: str
+    trl: str
+    sample: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Kind:
     name: str
     grain: str
@@ -57,15 +73,37 @@ class Kind:
     params: tuple[str, ...] = ()
     materialize: tuple[str, ...] = ()
     record: str | None = None
-    batch: str = "episode"  # what a batch of the bounded-memory evaluation keeps together: episode or task
+    batch: str = "episode"  # what a batch of the bounded-memory evaluation keeps together: episode, task or all
     batch_episodes: int | None = None  # episodes per batch (None: batches.DEFAULT_BATCH_EPISODES)
     decisions: str | None = None  # a view listing the only decisions export_decisions computes for this kind
+    shape: str | None = None  # the shape these columns are (``-- shape:`` names the default of a kind with others)
+    default_shape: str | None = None  # the kind's default shape (``-- shape:``)
+    shapes: tuple[Shape, ...] = ()  # the kind's other shapes (``-- shape-<name>:``)
     path: Path = field(default=Path(), compare=False)
     sql: str = field(default="", repr=False, compare=False)
+    shape_view: str | None = None  # the view of a shape other than the default (:meth:`with_shape`)
 
     @property
     def view(self) -> str:
-        return "export_" + self.name.replace("-", "_")
+        return self.shape_view or "export_" + self.name.replace("-", "_")
+
+    @property
+    def shape_names(self) -> tuple[str, ...]:
+        """Every shape of the kind, the default first (``()`` for a kind of one shape)."""
+        return tuple(n for n in (self.default_shape, *(s.name for s in self.shapes)) if n)
+
+    def with_shape(self, name: str | None) -> Kind:
+        """The registry's kind written in shape ``name`` (None or the current shape: itself): another view, TRL
+        type and sample columns over the same rows."""
+        if name is None or name == self.shape:
+            return self
+        if self.shape_view is not None:
+            raise ExportError(f"kind {self.name} is in shape {self.shape} already; shape the registry's kind")
+        for s in self.shapes:
+            if s.name == name:
+                return replace(self, shape=s.name, shape_view=s.view, trl=s.trl, sample=s.sample)
+        have = ", ".join(self.shape_names) or "none"
+        raise ExportError(f"kind {self.name} has no shape {name!r}; its shapes: {have}")
 
     @property
     def sql_sha256(self) -> str:
@@ -98,12 +136,25 @@ def parse_kind(path: Path) -> Kind:
         params=_split(meta.get("params", "")), materialize=_split(meta.get("materialize", "")),
         record=meta.get("record") or None, batch=_batch(path, meta.get("batch") or "episode"),
         batch_episodes=_batch_episodes(path, meta.get("batch-episodes") or None),
-        decisions=meta.get("decisions") or None, path=path, sql=text)
+        decisions=meta.get("decisions") or None, shape=meta.get("shape") or None,
+        default_shape=meta.get("shape") or None,
+        shapes=tuple(_shape(path, k.removeprefix("shape-"), v) for k, v in meta.items() if k.startswith("shape-")),
+        path=path, sql=text)
+
+
+def _shape(path: Path, name: str, value: str) -> Shape:
+    """A ``-- shape-<name>: view=...; trl=...; sample=...`` header line."""
+    parts = dict(p.strip().split("=", 1) for p in value.split(";") if "=" in p)
+    if "view" not in parts or "sample" not in parts:
+        raise ExportError(f"{path}: `-- shape-{name}:` needs `view=<view>; sample=<columns>` (and optionally "
+                          "`trl=<type>`)")
+    return Shape(name=name, view=parts["view"].strip(), trl=parts.get("trl", "-").strip() or "-",
+                 sample=_split(parts["sample"]))
 
 
 def _batch(path: Path, value: str) -> str:
-    if value not in ("episode", "task"):
-        raise ExportError(f"{path}: `-- batch: {value}` must be episode or task (what a batch keeps together)")
+    if value not in ("episode", "task", "all"):
+        raise ExportError(f"{path}: `-- batch: {value}` must be episode, task or all (what a batch keeps together)")
     return value
 
 

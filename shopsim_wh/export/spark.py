@@ -27,10 +27,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .registry import ExportError, get_kind
+from .registry import ExportError
 
 # kind -> why ``export --engine spark`` refuses it (tests/test_spark.py holds docs/scale.md to it; it can only shrink)
-UNSUPPORTED_KINDS: dict[str, str] = {}
+UNSUPPORTED_KINDS: dict[str, str] = {
+    "slime-samples": "its view export_slime_samples is not on Spark (docs/scale.md, Not on Spark)",
+}
 
 
 class _SparkRuns:
@@ -98,14 +100,14 @@ def export_spark(kind: str, warehouse, out, options=None, *, spark=None, progres
     from ..store.warehouse import Warehouse
     from . import batches
     from .core import ExportResult, Written, manifest_of, shard_spill, write_manifest
-    from .plan import ExportOptions, ExportPlan, blocks_of
+    from .plan import ExportOptions, ExportPlan, blocks_of, kind_for
     from .scope import select_runs, where_clause
     from .writer import publish
 
     t0 = time.perf_counter()
     opts = replace(options or ExportOptions(), **fields)
     opts.check()
-    spec = get_kind(kind)
+    spec = kind_for(kind, opts)
     if spec.name in UNSUPPORTED_KINDS:
         raise ExportError(f"kind {spec.name} does not run on Spark ({UNSUPPORTED_KINDS[spec.name]}); "
                           "export it with the default engine (drop --engine spark)")

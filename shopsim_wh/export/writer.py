@@ -179,12 +179,14 @@ class _JsonlSink:
 
 def _plain_type(t: pa.DataType) -> pa.DataType:
     """DuckDB's lossless Arrow export gives JSON as Arrow's canonical `arrow.json` extension (pyarrow writes it as
-    Parquet's JSON logical type: kept) and BOOLEAN as `arrow.bool8` (written back as plain bool, inside lists too:
-    `datasets` knows no bool8)."""
+    Parquet's JSON logical type: kept) and BOOLEAN as `arrow.bool8` (written back as plain bool, inside lists and
+    structs too: `datasets` knows no bool8)."""
     if getattr(t, "extension_name", None) == "arrow.bool8":
         return pa.bool_()
     if pa.types.is_list(t) and _plain_type(t.value_type) != t.value_type:
         return pa.list_(pa.field(t.value_field.name, _plain_type(t.value_type), t.value_field.nullable))
+    if pa.types.is_struct(t) and any(_plain_type(f.type) != f.type for f in t):
+        return pa.struct([f.with_type(_plain_type(f.type)) for f in t])
     return t
 
 
@@ -196,6 +198,11 @@ def _plain(arr: pa.Array, t: pa.DataType) -> pa.Array:
         if arr.offset:  # from_arrays refuses a slice's offsets with a null mask: copy the slice
             arr = pa.concat_arrays([arr])
         return pa.ListArray.from_arrays(arr.offsets, _plain(arr.values, t.value_type), type=t, mask=arr.is_null())
+    if pa.types.is_struct(t):
+        if arr.offset:
+            arr = pa.concat_arrays([arr])
+        return pa.StructArray.from_arrays([_plain(arr.field(i), f.type) for i, f in enumerate(t)], fields=list(t),
+                                          mask=arr.is_null() if arr.null_count else None)
     return arr.storage.cast(t) if isinstance(arr, pa.ExtensionArray) else arr.cast(t)
 
 

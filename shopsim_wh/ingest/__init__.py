@@ -28,7 +28,7 @@ def dump_run(warehouse, run_id: str, out_dir):
 def _load_readers() -> None:
     """The built-in readers, imported once before the first look-up (each registers itself; in this order, since a
     tie in format detection goes to the first). ``_v4_parallel`` registers ``shopsimrl-v4``."""
-    from . import agent_multi_turn, atif, claude_code, openai_messages  # noqa: F401
+    from . import agent_multi_turn, atif, claude_code, openai_messages, slime  # noqa: F401
 
     # isort: split
     from . import _v4_parallel  # noqa: F401

@@ -9,6 +9,10 @@ one* ``Writer.commit`` (the batches are a generator), so memory stays flat while
 becomes visible at once; runs previously ingested from the same path are dropped in that same commit
 (``replace_runs``). The ``runs`` row is the last batch written. A killed ingest publishes nothing for the
 unit it was in (its staged files are invisible and vacuumed), so a re-run lands it exactly once.
+
+Formats that land by a rule of their own (:class:`~.registry.Lander`: slime's rollout dumps and ShopSimRL's slime
+training traces, :mod:`.slime`) claim their inputs before the per-file readers and commit them themselves; ShopSimRL
+round directories (:mod:`.loop`) likewise.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from ._io import DEFAULT_MAX_RECORD_BYTES, SIDECAR_NAMES, expand_paths, open_bin
 from ._io import max_record_bytes as resolve_max_record_bytes
 from ._json import DEFAULT_MAX_FIELD_BYTES, cap
 from ._rows import Sink, jdump
-from .registry import Reader, detect, get_reader
+from .registry import LANDERS, Reader, detect, get_reader, landers
 
 FLUSH_EPISODES = 2000  # readers flush their column buffers after this many records ...
 FLUSH_BYTES = 32 * 1024 * 1024  # ... or this many input bytes, whichever comes first (flat memory)
@@ -267,7 +271,9 @@ class IngestOptions:
     memory: a longer one is one ``record_too_large`` row, skipped while streaming. ``flush_every`` records or
     ``flush_bytes`` input bytes are buffered before their rows are encoded to Parquet (memory stays flat).
     ``parallel`` lets the v4 reader parse and encode files >= 64 MiB in two worker processes while this one
-    commits (``flush_bytes`` is also the chunk size).
+    commits (``flush_bytes`` is also the chunk size). slime dumps only (docs/ingest.md, "slime rollout dumps"):
+    ``tokenizer`` names the tokenizer their token ids belong to (``training_samples.tokenizer_id``); ``traces`` are
+    the directories their ShopSimRL traces are looked for in when the recorded paths do not exist here.
     """
 
     format: str = "auto"
@@ -277,6 +283,8 @@ class IngestOptions:
     flush_every: int = FLUSH_EPISODES
     flush_bytes: int = FLUSH_BYTES
     parallel: bool = True
+    tokenizer: str | None = None
+    traces: tuple[str, ...] = ()
 
 
 def ingest(
@@ -319,7 +327,12 @@ def _ingest(paths, warehouse, opts: IngestOptions, progress) -> IngestSummary:
     from .loop import split_paths
 
     rounds, paths = split_paths(paths, opts.format)  # ShopSimRL round directories (loop.py); the rest: trace readers
-    forced = None if opts.format in ("auto", LOOP_FORMAT) else get_reader(opts.format)
+    claimed = []  # formats that land by a rule of their own (slime dumps and their traces: slime.py)
+    for lander in landers():
+        work, paths = lander.claim(paths, opts.format)
+        if work is not None:
+            claimed.append((lander, work))
+    forced = None if opts.format in ("auto", LOOP_FORMAT, *LANDERS) else get_reader(opts.format)
     files = expand_paths(paths)
     summary = IngestSummary()
     load_id = f"ingest-{started.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
@@ -373,6 +386,10 @@ def _ingest(paths, warehouse, opts: IngestOptions, progress) -> IngestSummary:
     with wh.writer() as w:
         if rounds:
             committed_any = _land_rounds(w, rounds, load_id, source, summary)
+        for lander, work in claimed:
+            results = lander.land(w, work, load_id, opts)
+            summary.files += results
+            committed_any = committed_any or any(_landed(r) for r in results)
         by_hash, by_file, by_experiment = _existing_runs(wh)
         for f, reader, comps in plan:
             size = f.stat().st_size + sum(c.stat().st_size for c in comps)

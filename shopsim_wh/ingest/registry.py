@@ -34,7 +34,24 @@ class Reader:
     companions: Callable[[Path], list[Path]] = field(default=lambda p: [])
 
 
+@dataclass(frozen=True)
+class Lander:
+    """A format whose inputs land by a rule of their own rather than one run per file (slime's rollout dumps: several
+    runs per dump, joined to trace files that may land with them).
+
+    ``claim(paths, fmt)`` takes the inputs it recognises among ``paths`` (with ``fmt`` its own name: all of them, or
+    an error) and returns ``(work or None, the paths left for the readers)``; ``land(writer, work, load_id,
+    options)`` commits the work (each commit atomic) and returns one ``FileResult`` per input or unit.
+    """
+
+    name: str
+    description: str
+    claim: Callable[[list, str], tuple[Any, list]]
+    land: Callable[..., list]
+
+
 READERS: dict[str, Reader] = {}
+LANDERS: dict[str, Lander] = {}
 load_builtin: Callable[[], None] | None = None  # set by the package __init__: imports the built-in readers
 
 
@@ -43,17 +60,27 @@ def register(reader: Reader) -> Reader:
     return reader
 
 
+def register_lander(lander: Lander) -> Lander:
+    LANDERS[lander.name] = lander
+    return lander
+
+
+def landers() -> list[Lander]:
+    _load_builtin()
+    return list(LANDERS.values())
+
+
 def get_reader(name: str) -> Reader:
     _load_builtin()
     try:
         return READERS[name]
     except KeyError:
-        raise IngestError(f"unknown format {name!r}; valid formats: auto, {', '.join(sorted(READERS))}") from None
+        raise IngestError(f"unknown format {name!r}; valid formats: auto, {', '.join(formats())}") from None
 
 
 def formats() -> list[str]:
     _load_builtin()
-    return sorted(READERS)
+    return sorted([*READERS, *LANDERS])
 
 
 def detect(head: bytes, path: Path) -> str | None:

@@ -2,6 +2,8 @@
 
 While one commit is being written, episodes that finish queue for the next; every ~64 small files the run's
 files are compacted (small ones only). A failed commit stops the run (``on_error``) and is re-raised by it.
+With ``model.record_tokens`` an episode's training rows (:mod:`.token_samples`) go into the same commit as its
+steps, so attempts, crash safety and resume hold for them as for every other table.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from ..core.schema import to_arrow
 from ..store.ledger import Ledger
 from ..store.warehouse import Writer
 from .runtime import EpisodeRecord
+from .token_samples import TokenRecording, training_rows
 
 SOURCE_FORMAT = "shopsim-wh-runner"
 COMPACT_EVERY_FILES = 64
 
 
-def _record_rows(experiment: str, load_id: str, attempt: int, rec: EpisodeRecord) -> dict[str, list[dict]]:
+def _record_rows(experiment: str, load_id: str, attempt: int, rec: EpisodeRecord,
+                 recording: TokenRecording | None = None) -> dict[str, list[dict]]:
     key = {"episode_id": rec.job.episode_id, "attempt": attempt, "load_id": load_id}
     ep = {**rec.episode, **key, "experiment": experiment, "source_format": SOURCE_FORMAT}
     rows: dict[str, list[dict]] = {
@@ -33,6 +37,8 @@ def _record_rows(experiment: str, load_id: str, attempt: int, rec: EpisodeRecord
         "tools": [{**t, **key} for t in rec.tools.values()],
         "failures": [{**rec.failure, **key}] if rec.failure else [],
     }
+    if recording is not None:
+        rows.update({t: [{**r, **key} for r in rs] for t, rs in training_rows(rec, recording).items()})
     return rows
 
 
@@ -40,8 +46,9 @@ class Committer:
     """Group commit: while one commit is being written, finished episodes queue for the next."""
 
     def __init__(self, writer: Writer, run_id: str, experiment: str, load_id: str, attempts: dict[str, int],
-                 ledger_part: str = ""):
+                 ledger_part: str = "", recording: TokenRecording | None = None):
         self.writer, self.run_id, self.experiment, self.load_id, self.attempts = writer, run_id, experiment, load_id, attempts
+        self.recording = recording
         self.ledger = Ledger(writer.wh.root, load_id, ledger_part)
         self.pending: list[EpisodeRecord] = []
         self.wake = asyncio.Event()
@@ -59,7 +66,7 @@ class Committer:
         for rec in recs:
             attempt = self.attempts.get(rec.job.episode_id, 0) + 1
             self.attempts[rec.job.episode_id] = attempt
-            for table, rows in _record_rows(self.experiment, self.load_id, attempt, rec).items():
+            for table, rows in _record_rows(self.experiment, self.load_id, attempt, rec, self.recording).items():
                 by_table.setdefault(table, []).extend(rows)
         snap = self.writer.commit([(t, self.run_id, to_arrow(t, rows)) for t, rows in by_table.items() if rows])
         self.ledger.append({"writer": "run", "run_id": self.run_id, "snapshot": snap.version, "episodes": [

@@ -42,6 +42,7 @@ from .model import ChatModel, ChatOptions
 from .prompts import PromptBuilder
 from .runtime import ACTION_PROTOCOL, AgentRuntime, EpisodeRecord
 from .skills import SkillProvider, load_skills
+from .token_samples import TokenRecording
 
 log = logging.getLogger(__name__)
 EPISODE_RERUNS = 2  # re-runs from reset of an episode the environment failed (infrastructure), per run
@@ -57,6 +58,7 @@ class Plan:
     prompts: PromptBuilder
     skills: SkillProvider
     fingerprint_fields: dict[str, Any]
+    recording: TokenRecording | None = None  # model.record_tokens; job indices of the whole run (a Ray share too)
 
     @property
     def fingerprint(self) -> str:
@@ -109,7 +111,7 @@ def plan(cfg: Config) -> Plan:
         "max_steps": cfg.runtime.max_steps,
         "action_protocol": ACTION_PROTOCOL,
     }
-    return Plan(cfg, manifest, jobs, prompts, skills, fields)
+    return Plan(cfg, manifest, jobs, prompts, skills, fields, TokenRecording.from_config(cfg, jobs))
 
 
 def make_clients(cfg: Config) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
@@ -278,7 +280,8 @@ async def _run_async(p: Plan, writer: Writer, start: _Start, load_id: str, concu
         result = start.result = RunResult(p.run_id, len(p.jobs), len(p.jobs) - len(todo))
         if start.on_start:
             start.on_start(len(todo), result.skipped)
-        committer = Committer(writer, p.run_id, p.cfg.experiment.name, load_id, start.attempts, start.ledger_part)
+        committer = Committer(writer, p.run_id, p.cfg.experiment.name, load_id, start.attempts, start.ledger_part,
+                              p.recording)
         commit_task = asyncio.create_task(committer.loop())
         sem = asyncio.Semaphore(concurrency)
         model = make_model(cfg, model_client)

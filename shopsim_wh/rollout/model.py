@@ -21,6 +21,14 @@ runtime turns it into feedback for the model. The codes are the constants of :mo
 ``invalid_arguments_json``, ``invalid_arguments_object``, ``unavailable_tool``, then ``generation_length``,
 ``tool_call_count``, ``mixed_content``, ``empty_response``). ``tool_calls`` holds the calls parsed before the
 failing check.
+
+Token ids (``model.record_tokens``, docs/usage.md "Recording token ids"): with ``ChatOptions.record_tokens`` each
+request also carries ``return_token_ids: true`` and ``logprobs: true`` (before ``extra_body``, which may override
+them); without it the body is exactly as before. The answer's ids are read by :func:`turn_tokens` (vLLM's
+``prompt_token_ids`` + ``choices[0].token_ids``, SGLang's ``choices[0].prompt_token_ids`` + ``token_ids`` or
+``meta_info.output_token_logprobs``) into ``ModelOutput.tokens``. A chat completion without them raises
+:class:`TokenIdsMissing` (the run stops: the episodes would be half recorded); a 200 body that is not JSON is
+retried like a cut-short one (it cannot be recorded).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import httpx
 
 from ..core import protocol_codes as pc
 from ..core.config import Model, public_url
-from ..core.errors import ModelHTTPError, ModelUnavailable
+from ..core.errors import ModelError, ModelHTTPError, ModelUnavailable
 
 RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
 HINTS = {
@@ -48,6 +56,24 @@ HINTS = {
     422: "the server could not process the request body: check model.extra_body and model.sampling",
 }
 BACKOFF_CAP_S = 30.0
+TOKEN_FIELDS = {"return_token_ids": True, "logprobs": True}  # what record_tokens adds to every request
+SERVER_TOKEN_HINT = (
+    "vLLM's OpenAI server answers them from version 0.10.2 on (`return_token_ids`), SGLang's in versions whose chat "
+    "request takes `return_token_ids` (older ones: add `return_prompt_token_ids: true` and `return_meta_info: true` "
+    "to model.extra_body); hosted APIs return none: set model.record_tokens: false to run without recording them")
+
+
+class TokenIdsMissing(ModelError):
+    """``model.record_tokens`` is on and the server's answer carries no (or malformed) token ids: the run stops."""
+
+
+@dataclass(frozen=True)
+class TurnTokens:
+    """One model turn's token ids as the server returned them."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float] | None  # one per completion id; None when the server sent none (or not one per id)
 
 
 @dataclass
@@ -77,6 +103,7 @@ class ModelOutput:
     metadata: dict = field(default_factory=dict)
     protocol_error: dict | None = None  # {code, message}
     policy_failure: dict | None = None  # {code: generation_length, message}
+    tokens: TurnTokens | None = None  # with record_tokens: the turn's ids (see turn_tokens)
 
     @property
     def rejected(self) -> bool:
@@ -102,13 +129,15 @@ class ChatOptions:
     backoff_base_s: float = 0.5
     send_seed: bool = False
     tool_choice: str = "auto"
+    record_tokens: bool = False  # ask for token ids and logprobs, and require them (TokenIdsMissing)
 
     @classmethod
     def from_config(cls, m: Model) -> ChatOptions:
         """The options of a config's ``model:`` section (or any section of that shape, e.g. a teacher)."""
         return cls(temperature=m.sampling.temperature, top_p=m.sampling.top_p, max_tokens=m.sampling.max_tokens,
                    extra_body=m.extra_body, max_retries=m.max_retries, backoff_base_s=m.retry_backoff_s,
-                   send_seed=m.send_seed, tool_choice=m.tool_choice)
+                   send_seed=m.send_seed, tool_choice=m.tool_choice,
+                   record_tokens=bool(getattr(m, "record_tokens", False)))
 
 
 class ChatModel:
@@ -126,9 +155,12 @@ class ChatModel:
         self.backoff_base_s = o.backoff_base_s
         self.send_seed = o.send_seed
         self.tool_choice = o.tool_choice
+        self.record_tokens = o.record_tokens
 
     def request_body(self, messages: list[dict], tools: list[dict], seed: int | None) -> dict:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, **self.sampling, **self.extra_body}
+        token_fields = TOKEN_FIELDS if self.record_tokens else {}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, **self.sampling, **token_fields,
+                                **self.extra_body}
         if seed is not None and self.send_seed:
             body["seed"] = seed
         if tools:
@@ -161,14 +193,21 @@ class ChatModel:
                     try:
                         doc = resp.json()
                     except ValueError as exc:
-                        return _rejected_output({"text": resp.text[:4000]}, latency_ms, pc.INVALID_JSON_RESPONSE,
-                                                f"model response is not valid JSON: {exc}")
-                    return parse_response(doc, latency_ms, require_tool_call=bool(tools), allowed_tools=allowed)
-                text = self._mask(resp.text[:500])
-                if resp.status_code not in RETRYABLE:
-                    raise ModelHTTPError(resp.status_code, text, self._hint(resp.status_code))
-                last = f"HTTP {resp.status_code}: {text}"
-                retry_after = resp.headers.get("retry-after")
+                        if not self.record_tokens:
+                            return _rejected_output({"text": resp.text[:4000]}, latency_ms,
+                                                    pc.INVALID_JSON_RESPONSE, f"model response is not valid JSON: {exc}")
+                        last, retry_after = f"HTTP 200 with a body that is not JSON ({exc})", None
+                    else:
+                        out = parse_response(doc, latency_ms, require_tool_call=bool(tools), allowed_tools=allowed)
+                        if self.record_tokens:
+                            out.tokens = turn_tokens(doc)
+                        return out
+                else:
+                    text = self._mask(resp.text[:500])
+                    if resp.status_code not in RETRYABLE:
+                        raise ModelHTTPError(resp.status_code, text, self._hint(resp.status_code))
+                    last = f"HTTP {resp.status_code}: {text}"
+                    retry_after = resp.headers.get("retry-after")
             if attempt < self.max_retries:
                 await asyncio.sleep(self._delay(attempt, retry_after))
         raise ModelUnavailable(
@@ -288,6 +327,53 @@ def parse_response(doc: Any, latency_ms: float, *, require_tool_call: bool = Tru
         return reject(pc.EMPTY_RESPONSE, f"model returned neither content nor tool calls "
                                         f"(finish_reason={out.finish_reason!r}, reasoning_chars={len(out.reasoning or '')})")
     return out
+
+
+def _ids(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return value
+    return None
+
+
+def _floats(values: Any, n: int) -> list[float] | None:
+    if not isinstance(values, list) or len(values) != n:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return None
+    return [float(v) for v in values]
+
+
+def turn_tokens(doc: Any) -> TurnTokens:
+    """The token ids of one chat-completions answer, or :class:`TokenIdsMissing` naming the server option.
+
+    Prompt ids: vLLM's top-level ``prompt_token_ids``, else SGLang's ``choices[0].prompt_token_ids``. Completion
+    ids: ``choices[0].token_ids`` (vLLM, SGLang), else the ids of SGLang's ``choices[0].meta_info.output_token_logprobs``
+    (``[logprob, id, text]`` triples). Logprobs: ``choices[0].logprobs.content[].logprob`` (OpenAI's shape, vLLM and
+    SGLang), else those triples' logprobs; kept only when there is exactly one per completion id."""
+    choice = doc.get("choices") if isinstance(doc, dict) else None
+    choice = choice[0] if isinstance(choice, list) and choice and isinstance(choice[0], dict) else None
+    if choice is None:
+        raise TokenIdsMissing("model.record_tokens is on but the model server's answer is not a chat completion "
+                              "with choices, so it carries no token ids; " + SERVER_TOKEN_HINT)
+    prompt = _ids(doc.get("prompt_token_ids"))
+    prompt = _ids(choice.get("prompt_token_ids")) if prompt is None else prompt
+    meta = choice.get("meta_info") if isinstance(choice.get("meta_info"), dict) else {}
+    triples = meta.get("output_token_logprobs")
+    triples = triples if isinstance(triples, list) and all(isinstance(t, list | tuple) and len(t) >= 2
+                                                           for t in triples) else None
+    completion = _ids(choice.get("token_ids"))
+    if completion is None and triples is not None:
+        completion = _ids([t[1] for t in triples])
+    missing = [name for name, v in (("prompt_token_ids", prompt), ("completion token_ids", completion)) if v is None]
+    if missing:
+        raise TokenIdsMissing(f"model.record_tokens is on but the model server's answer carries no {' and no '.join(missing)} "
+                              f"(asked for with return_token_ids: true); " + SERVER_TOKEN_HINT)
+    content = choice.get("logprobs", {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    logprobs = _floats([e.get("logprob") if isinstance(e, dict) else None for e in content], len(completion)) \
+        if isinstance(content, list) else None
+    if logprobs is None and triples is not None:
+        logprobs = _floats([t[0] for t in triples], len(completion))
+    return TurnTokens(prompt, completion, logprobs)
 
 
 def model_identity(m: Model, request_format: str) -> dict:

@@ -88,7 +88,7 @@ SEMANTIC_FIELDS: dict[str, tuple[str, ...]] = {
 EXECUTION_FIELDS: frozenset[str] = frozenset({
     "experiment.dotenv", "model.base_url", "model.api_key_env", "model.trust_env", "model.timeout_s",
     "model.max_retries", "model.retry_backoff_s", "environment.timeout_s", "environment.trust_env",
-    "environment.lease_timeout_s", "environment.exclusive",
+    "environment.lease_timeout_s", "environment.exclusive", "model.record_tokens", "model.tokenizer",
     "runtime.concurrency", "runtime.executor", "runtime.ray_address", "runtime.ray_workers", "output.warehouse",
     "output.catalog",
 })

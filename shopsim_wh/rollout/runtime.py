@@ -20,7 +20,9 @@ The agent protocol is ShopSimRL's ``openai-function-tools-repair-v3`` (docs/conv
 * the lease is released on every path (exceptions and cancellation included).
 
 The episode is recorded as rows of the warehouse tables (docs/conventions.md) as it happens;
-``step_idx`` is 0-based (``step_index - 1``).
+``step_idx`` is 0-based (``step_index - 1``). With ``model.record_tokens`` each turn's token ids become a
+``model_turn_tokens`` row; an answer without them (:class:`~.model.TokenIdsMissing`) stops the run, as a refused
+request does.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from ..core import protocol_codes as pc
 from ..core.errors import ModelHTTPError
 from .environment import EnvStep
 from .jobs import EpisodeJob
-from .model import ChatModel, ModelOutput, ToolCall
+from .model import ChatModel, ModelOutput, TokenIdsMissing, ToolCall
 from .prompts import PromptBuilder, tool_schema_hash, tool_set_hash_of, tools_for
 from .skills import SkillProvider
 
@@ -65,6 +67,7 @@ class EpisodeRecord:
     messages: list[dict] = field(default_factory=list)
     tools: dict[str, dict] = field(default_factory=dict)
     skills: list[dict] = field(default_factory=list)
+    turn_tokens: list[dict] = field(default_factory=list)  # model_turn_tokens rows (model.record_tokens)
     failure: dict | None = None
     fatal: BaseException | None = None  # a config problem that should stop the whole run
     error: BaseException | None = field(default=None, repr=False)  # what failed the attempt (not stored)
@@ -198,6 +201,11 @@ class AgentRuntime:
                 exc._stage = "model"  # type: ignore[attr-defined]
                 raise
             counters["model_steps"] += 1
+            if out.tokens is not None:
+                t = out.tokens
+                rec.turn_tokens.append({"agent_id": AGENT, "step_idx": step_idx, "prompt_token_ids": t.prompt_ids,
+                                        "completion_token_ids": t.completion_ids, "completion_logprobs": t.logprobs,
+                                        "finish_reason": out.finish_reason})
             counters["tokens_in"] += out.prompt_tokens or 0
             counters["tokens_out"] += out.completion_tokens or 0
             step = self._step_row(step_idx, state, n_prompt, hashes, out, seed if self.model.send_seed else None, step_started)
@@ -338,7 +346,7 @@ class AgentRuntime:
         rec.error = exc
         rec.failure = {"stage": stage, "exception_type": type(exc).__name__, "message": message,
                        "traceback": "".join(traceback.format_exception(exc))[-20000:], "occurred_at": _now()}
-        if isinstance(exc, ModelHTTPError):
+        if isinstance(exc, ModelHTTPError | TokenIdsMissing):
             rec.fatal = exc
 
 

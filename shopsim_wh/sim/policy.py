@@ -42,6 +42,10 @@ Skills: the system/developer messages (system prompt, persona, the ``[可选策�
 Any other text changes nothing but the random draws. Randomness comes from a hash of the request's ``seed`` (when
 sent), the model name, ``messages`` and ``tools``: identical requests give identical responses.
 
+Token ids (``return_token_ids: true``, ``logprobs: true`` in the request, as vLLM takes them): the answer then also
+carries ``prompt_token_ids``, ``choices[0].token_ids`` and ``choices[0].logprobs`` in the built-in tokenizer
+``builtin:shopsim-bytes-v1``, with synthetic logprobs (``policy_tokens.py``); the choice itself is the same.
+
 Per-request overrides: body key ``"scripted_policy": {"failure_rates": {kind: rate}, "p_select_options": x,
 ..., "ignore_skills": bool, "latency_ms": x}``; the overrides replace profile parameters, recognised skills then
 apply on top. ``latency_ms`` makes the server wait that long before answering (as a real model server would),
@@ -61,6 +65,7 @@ from typing import Any
 
 import orjson
 
+from shopsim_wh.sim import policy_tokens
 from shopsim_wh.sim.shopper import Shopper, read_view
 
 FAILURE_KINDS = ("no_tool_call", "multiple_tool_calls", "malformed_arguments", "unknown_tool", "invalid_click",
@@ -301,7 +306,7 @@ def chat_completion(body: Any, config: PolicyConfig) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": reasoning}
     if calls:
         message["tool_calls"] = calls
-    return {
+    return policy_tokens.attach({
         "id": f"chatcmpl-{key[:24]}",
         "object": "chat.completion",
         "created": CREATED,
@@ -313,7 +318,7 @@ def chat_completion(body: Any, config: PolicyConfig) -> dict:
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         },
-    }
+    }, body, tools, key)
 
 
 def profile_with(profile: PolicyProfile, **changes: Any) -> PolicyProfile:

@@ -288,6 +288,8 @@ class Warehouse:
 _DUCK_TYPES = {
     pa.string(): "VARCHAR", pa.int16(): "SMALLINT", pa.int32(): "INTEGER", pa.int64(): "BIGINT",
     pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
+    pa.int8(): "TINYINT", pa.list_(pa.int32()): "INTEGER[]", pa.list_(pa.int8()): "TINYINT[]",
+    pa.list_(pa.float64()): "DOUBLE[]",
 }
 
 
