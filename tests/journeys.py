@@ -28,3 +28,25 @@ def ok(res: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     """``res`` when it exited 0, else an assertion error that shows what it printed."""
     assert res.returncode == 0, f"exit {res.returncode}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
     return res
+
+
+# The noisy demo run several journeys start from (judge, skills by an LLM, taxonomy): experiment `noisy`, seed 3,
+# 8 val tasks x 2 rollouts of the scripted-noisy policy with the persona on, at most 15 model turns.
+NOISY = {"experiment": {"name": "noisy", "seed": 3}, "tasks": {"sample_size": 8, "repeats": 2},
+         "model": {"name": "scripted-noisy"}, "environment": {"persona": True},
+         "runtime": {"max_steps": 15, "concurrency": 4}}
+
+
+def noisy_run(tmp_path_factory, dest: Path) -> Path:
+    """A copy at ``dest`` of the warehouse of ``shopsim-wh run`` of :data:`NOISY`, run once per test session
+    through the installed CLI: the journeys that start from it prove what comes after the run, and each gets a
+    copy of its own to write into."""
+    from .export_fixtures import shared
+    from .helpers import write_config
+
+    def make(d: Path) -> Path:
+        ok(shopsim("run", write_config(d / "noisy.yaml", **NOISY), "--warehouse", d / "wh", "--quiet"))
+        return d / "wh"
+
+    shutil.copytree(shared(tmp_path_factory, "noisy_run", make), dest)
+    return dest

@@ -26,8 +26,7 @@ from shopsim_wh.sim.tasks import generate_tasks, persona_profile
 from shopsim_wh.testing.servers import serve_asgi
 
 from .conftest import read_body
-from .helpers import write_config
-from .journeys import ok, shopsim
+from .journeys import noisy_run, ok, shopsim
 
 FAILURES = ["none", "no_purchase", "action_limit", "protocol_budget", "generation_length", "type_miss",
             "attribute_miss", "option_miss", "over_budget", "wrong_product", "other"]
@@ -131,11 +130,7 @@ class Recorder:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("journey-judge")
-    cfg = write_config(tmp / "noisy.yaml", experiment={"name": "noisy", "seed": 3},
-                       tasks={"sample_size": 8, "repeats": 2}, model={"name": "scripted-noisy"},
-                       environment={"persona": True}, runtime={"max_steps": 15, "concurrency": 4})
-    wh = tmp / "wh"
-    ok(shopsim("run", cfg, "--warehouse", wh, "--quiet"))
+    wh = noisy_run(tmp_path_factory, tmp / "wh")  # `shopsim-wh run` of the noisy demo, persona on, 8 x 2
     r1, r2 = tmp / "rubric-v1.yaml", tmp / "rubric-v2.yaml"
     r1.write_text(yaml.safe_dump(RUBRIC))
     r2.write_text(yaml.safe_dump(RUBRIC_V2))

@@ -27,8 +27,7 @@ from shopsim_wh.sim.tasks import generate_tasks, persona_profile
 from shopsim_wh.testing.servers import serve_asgi
 
 from .conftest import read_body
-from .helpers import write_config
-from .journeys import ok, shopsim
+from .journeys import noisy_run, ok, shopsim
 
 SKILLS = {
     "option_miss": {"title": "Choose every option the request names",
@@ -124,11 +123,7 @@ def chunk(s: dict) -> str:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("journey-skill-llm")
-    cfg = write_config(tmp / "noisy.yaml", experiment={"name": "noisy", "seed": 3},
-                       tasks={"sample_size": 8, "repeats": 2}, model={"name": "scripted-noisy"},
-                       environment={"persona": True}, runtime={"max_steps": 15, "concurrency": 4})
-    wh = tmp / "wh"
-    ok(shopsim("run", cfg, "--warehouse", wh, "--quiet"))
+    wh = noisy_run(tmp_path_factory, tmp / "wh")  # `shopsim-wh run` of the noisy demo, persona on, 8 x 2
     rules = json.loads(ok(shopsim("skills", "mine", "--runs", "noisy", "--round", "rules-000", "--warehouse", wh,
                                   "-f", "json")).stdout)
     model = SkillModel()

@@ -16,8 +16,7 @@ import pytest
 from shopsim_wh.core.protocol_codes import LABELS
 
 from . import shopsimrl_raw as raw
-from .helpers import write_config
-from .journeys import ok, shopsim
+from .journeys import noisy_run, ok, shopsim
 
 # the original runtime's codes the ingested record carries, and the label a user should see for each
 ORIGINAL = {"invalid_tool_arguments": "protocol_invalid_arguments", "missing_function": "protocol_malformed_tool_call",
@@ -96,10 +95,7 @@ def length_record(j: dict, prov: dict) -> dict:
 @pytest.fixture(scope="module")
 def wh(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("journey-taxonomy")
-    cfg = write_config(tmp / "noisy.yaml", experiment={"name": "noisy", "seed": 3},
-                       tasks={"sample_size": 8, "repeats": 2}, model={"name": "scripted-noisy"},
-                       runtime={"max_steps": 15, "concurrency": 4})
-    ok(shopsim("run", cfg, "--warehouse", tmp / "wh"))
+    noisy_run(tmp_path_factory, tmp / "wh")  # `shopsim-wh run` of the noisy demo policy (persona on), 8 x 2
     jobs = [raw.job("val", 101), raw.job("val", 102)]
     prov = raw.provenance(raw.NO_SKILLS)
     run_dir = raw.write_run(tmp / "runs", "original-codes", [repaired_record(jobs[0], prov),

@@ -65,12 +65,10 @@ def ordered_sql(root: str) -> tuple[tuple[str, str], ...]:
     for layer in LAYERS:
         files = {f.name: f.read_text() for f in sorted((Path(root) / layer).glob("*.sql"))}
         code = {name: re.sub(r"--[^\n]*", "", text) for name, text in files.items()}  # names in comments are no deps
-        defines = {name: set(_DEFINES.findall(text)) for name, text in code.items()}
-        deps = {
-            name: {other for other, names in defines.items() if other != name
-                   and any(re.search(rf"\b{re.escape(n)}\b", text) for n in names - defines[name])}
-            for name, text in code.items()
-        }
+        defines = {name: {n.lower() for n in _DEFINES.findall(text)} for name, text in code.items()}
+        used = {name: {w.lower() for w in re.findall(r"\w+", text)} for name, text in code.items()}  # one pass a file
+        deps = {name: {other for other, names in defines.items() if other != name and (names - defines[name]) & used[name]}
+                for name in code}
         done: set[str] = set()
         while len(done) < len(files):
             ready = [n for n in files if n not in done and deps[n] <= done] or [n for n in files if n not in done][:1]
