@@ -220,6 +220,17 @@ def test_a_missing_extra_names_its_pip_line(tmp_path, without_extras, args, extr
     assert f"pip install 'shopsim-wh[{extra}]'" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_a_tokenizer_by_path_without_the_tokens_extra_names_its_pip_line(tmp_path, without_extras):
+    """`training retokenize --tokenizer DIR` (issue 31) without tokenizers/transformers: exit 2 with the pip line."""
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    (tok / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    res = shopsim("training", "retokenize", "--tokenizer", tok, "-w", tmp_path / "wh", cwd=tmp_path, env=without_extras)
+    assert res.returncode == exits.USAGE, res.stderr
+    assert "pip install 'shopsim-wh[tokens]'" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_ray_executor_without_ray_names_its_pip_line(tmp_path, without_extras):
     cfg = write_config(tmp_path / "ray.yaml", runtime={"executor": "ray"}, output={"warehouse": str(tmp_path / "wh")})
     res = shopsim("run", cfg, "-q", cwd=tmp_path, env=without_extras)

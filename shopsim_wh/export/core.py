@@ -100,7 +100,7 @@ def _open(warehouse, spill_dir: str, views: set[str] | None = None):
     here); of the export kinds, those defining ``views`` are installed (default: all)."""
     import duckdb
 
-    from ..engines.db import SMALL_TABLE_BYTES, install_exports, install_views
+    from ..engines.db import SMALL_TABLE_BYTES, export_files, install_exports, install_views, words
     from ..store.warehouse import Warehouse
 
     if isinstance(warehouse, duckdb.DuckDBPyConnection):  # an open connection: its snapshot is not known here
@@ -117,7 +117,9 @@ def _open(warehouse, spill_dir: str, views: set[str] | None = None):
     wh.register(con, snap)
     con.execute("SET parquet_metadata_cache = true")
     con.execute("SET enable_progress_bar = false")  # progress is ours to report (progress callback)
-    install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES)
+    # of the analytics views, only those the kind's SQL reaches (the exports read the taxonomy's labels)
+    reads = None if views is None else set().union(views, *(words(t) for _, t in export_files(views)))
+    install_views(con, wh, snap, small_table_bytes=SMALL_TABLE_BYTES, reads=reads)
     install_exports(con, views)
     return con, snap.version, location(warehouse), (wh, snap)
 
