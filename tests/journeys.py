@@ -30,6 +30,20 @@ def ok(res: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return res
 
 
+def facts(wh: Path, query: str, **params) -> list[dict]:
+    """Rows of ``query`` read in-process as dicts: the facts a check is computed from (the commands under test are
+    driven through :func:`shopsim`; this is not the seam)."""
+    from shopsim_wh.engines.db import connect
+
+    con = connect(wh)
+    try:
+        cur = con.execute(query, params)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        con.close()
+
+
 # The noisy demo run several journeys start from (judge, skills by an LLM, taxonomy): experiment `noisy`, seed 3,
 # 8 val tasks x 2 rollouts of the scripted-noisy policy with the persona on, at most 15 model turns.
 NOISY = {"experiment": {"name": "noisy", "seed": 3}, "tasks": {"sample_size": 8, "repeats": 2},

@@ -26,7 +26,7 @@ from shopsim_wh.sim.tasks import generate_tasks, persona_profile
 from shopsim_wh.testing.servers import serve_asgi
 
 from .conftest import read_body
-from .journeys import noisy_run, ok, shopsim
+from .journeys import facts, noisy_run, ok, shopsim
 
 FAILURES = ["none", "no_purchase", "action_limit", "protocol_budget", "generation_length", "type_miss",
             "attribute_miss", "option_miss", "over_budget", "wrong_product", "other"]
@@ -47,17 +47,7 @@ def sql(wh: Path, query: str, **params) -> list[dict]:
     return json.loads(ok(shopsim("sql", query, "--warehouse", wh, "--format", "json", *args)).stdout)
 
 
-def q(wh: Path, query: str, **params) -> list[dict]:
-    """The facts a check is computed from, read in-process (the views under test are read with `shopsim-wh sql`)."""
-    from shopsim_wh.engines.db import connect
-
-    con = connect(wh)
-    try:
-        cur = con.execute(query, params)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        con.close()
+q = facts
 
 
 def calibration(wh: Path, comparison: str, question: str, rater: str = "%", other: str = "%") -> tuple[dict, dict]:

@@ -27,7 +27,7 @@ from shopsim_wh.sim.tasks import generate_tasks, persona_profile
 from shopsim_wh.testing.servers import serve_asgi
 
 from .conftest import read_body
-from .journeys import noisy_run, ok, shopsim
+from .journeys import facts, noisy_run, ok, shopsim
 
 SKILLS = {
     "option_miss": {"title": "Choose every option the request names",
@@ -96,17 +96,7 @@ class SkillModel:
         await send({"type": "http.response.body", "body": out})
 
 
-def q(wh: Path, query: str, **params) -> list[dict]:
-    """The facts a check is computed from, read in-process (the commands are the seam, not this)."""
-    from shopsim_wh.engines.db import connect
-
-    con = connect(wh)
-    try:
-        cur = con.execute(query, params)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        con.close()
+q = facts
 
 
 def mine(wh: Path, *args) -> tuple[dict, object]:
