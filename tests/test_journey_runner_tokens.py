@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -114,6 +115,7 @@ def runs(tmp_path_factory):
                  "extra_body": {"return_prompt_token_ids": True, "return_meta_info": True}}
         out["drift"] = ok(shopsim("run", _config(tmp, "drift", model), "-w", wh, "-q"))
     out["drift:bodies"] = drift.bodies
+    out["wh"] = wh
     return connect(wh), out
 
 
@@ -219,6 +221,21 @@ def test_the_embedded_default_records_every_turn_and_samples_follow_the_tokens(r
     bodies = [json.loads(b) for b in out["tok-on:bodies"]]
     assert len(bodies) == sum(len(e["turns"]) for e in episodes.values())
     assert all(b["return_token_ids"] is True and b["logprobs"] is True for b in bodies)
+
+
+def test_compaction_rewrites_the_token_arrays_exactly(runs, tmp_path):
+    """`shopsim-wh compact` merges the training tables' files (list columns: int32 ids, int8 masks, float64
+    logprobs) and every sample keeps its arrays and spans, value for value."""
+    _, out = runs
+    wh = tmp_path / "wh"
+    shutil.copytree(out["wh"], wh)
+    query = ("select t.run_id, t.episode_id, t.sample_idx, t.token_ids, t.loss_mask, t.rollout_logprobs, "
+             "(select list(struct_pack(s.span_idx, s.token_start, s.token_end, s.kind, s.step_idx) order by s.span_idx) "
+             " from training_spans s where s.run_id = t.run_id and s.episode_id = t.episode_id "
+             " and s.sample_idx = t.sample_idx) as spans from training_tokens t order by all")
+    before = connect(wh).execute(query).fetchall()
+    assert "file(s) replaced" in ok(shopsim("compact", "-w", wh)).stdout
+    assert connect(wh).execute(query).fetchall() == before and len(before) > 2
 
 
 def test_switched_off_the_requests_are_unchanged_and_nothing_is_recorded(runs):

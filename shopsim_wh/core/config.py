@@ -123,17 +123,20 @@ class Config(_Strict):
 
     def api_key(self) -> str | None:
         """Read the key from the named variable (else from experiment.dotenv) at call time; it is never stored."""
-        name = self.model.api_key_env
-        if not name:
-            return None
-        key = os.environ.get(name) or (dotenv_value(self.experiment.dotenv, name) if self.experiment.dotenv else None)
-        if not key:
-            where = f" and {self.experiment.dotenv} does not set it" if self.experiment.dotenv else ""
-            raise ConfigError(
-                f"model.api_key_env names {name!r} but that environment variable is empty{where}; "
-                f"export {name}=... or set model.api_key_env: null for servers without auth"
-            )
-        return key
+        return resolve_api_key(self.model.api_key_env, self.experiment.dotenv, "model")
+
+
+def resolve_api_key(name: str | None, dotenv: str | None, section: str) -> str | None:
+    """The API key the variable ``name`` holds (``<section>.api_key_env``), else the one the ``dotenv`` file sets,
+    read at call time and never stored; None when no variable is named (a server without auth)."""
+    if not name:
+        return None
+    key = os.environ.get(name) or (dotenv_value(dotenv, name) if dotenv else None)
+    if not key:
+        where = f" and {dotenv} does not set it" if dotenv else ""
+        raise ConfigError(f"{section}.api_key_env names {name!r} but that environment variable is empty{where}; "
+                          f"export {name}=... or set {section}.api_key_env: null for servers without auth")
+    return key
 
 
 def dotenv_value(path: str, name: str) -> str | None:

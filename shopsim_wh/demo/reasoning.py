@@ -37,8 +37,8 @@ from typing import Any
 
 from pydantic import Field
 
-from ..core.config import EMBEDDED, Model, _Strict, dotenv_value
-from ..core.errors import ConfigError, ModelError, ModelUnavailable
+from ..core.config import EMBEDDED, Model, _Strict, resolve_api_key
+from ..core.errors import ModelError, ModelUnavailable
 from ..rollout.model import load_model_file, model_fingerprint, model_identity
 
 REQUEST_FORMAT = "shopsim-reasoning-request-v1"  # bump when sql/exports/reasoning-requests.sql changes meaning
@@ -53,13 +53,7 @@ class TeacherConfig(_Strict):
     dotenv: str | None = Field(None, description="A dotenv file (relative to this config) to read `teacher.api_key_env` from when that variable is not set.")
 
     def api_key(self) -> str | None:
-        name = self.teacher.api_key_env
-        if not name:
-            return None
-        key = os.environ.get(name) or (dotenv_value(self.dotenv, name) if self.dotenv else None)
-        if not key:
-            raise ConfigError(f"teacher.api_key_env names {name!r} but it is not set; export it or set dotenv")
-        return key
+        return resolve_api_key(self.teacher.api_key_env, self.dotenv, "teacher")
 
 
 def load_teacher(path: str | os.PathLike) -> TeacherConfig:

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from ..core.config import EMBEDDED, Model, _Strict, dotenv_value, read_yaml_mapping
+from ..core.config import EMBEDDED, Model, _Strict, read_yaml_mapping, resolve_api_key
 from ..core.errors import ConfigError, ModelError, ModelUnavailable, TestSplitGuard
 from .model import load_model_file, model_fingerprint, model_identity
 
@@ -131,13 +131,7 @@ class JudgeConfig(_Strict):
     dotenv: str | None = Field(None, description="A dotenv file (relative to this config) to read `model.api_key_env` from.")
 
     def api_key(self) -> str | None:
-        name = self.model.api_key_env
-        if not name:
-            return None
-        key = os.environ.get(name) or (dotenv_value(self.dotenv, name) if self.dotenv else None)
-        if not key:
-            raise ConfigError(f"model.api_key_env names {name!r} but it is not set; export it or set dotenv")
-        return key
+        return resolve_api_key(self.model.api_key_env, self.dotenv, "model")
 
 
 def load_judge_config(spec: str | os.PathLike) -> JudgeConfig:
