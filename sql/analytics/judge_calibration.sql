@@ -111,45 +111,34 @@ GROUP BY comparison, question, rater, rubric_id, rubric_version, rubric_sha256, 
 --   kappa               (p_o - p_e) / (1 - p_e); NULL when p_e = 1 (both raters gave one and the same label)
 -- Portable SQL.
 CREATE OR REPLACE VIEW judge_agreement AS
-WITH totals AS (
+-- judge_confusion is read once (each reference to a view binds its whole stack again when a connection creates
+-- this view): every confusion cell is seen from both raters' sides, one row per side, then summed per label
+WITH sides AS (
     SELECT
-        comparison, question, rater, rubric_id, rubric_version, rubric_sha256, judge_fingerprint, other_rater,
-        sum(n) AS n, sum(CASE WHEN judge_label = other_label THEN n ELSE 0 END) AS agreed
-    FROM judge_confusion
-    GROUP BY comparison, question, rater, rubric_id, rubric_version, rubric_sha256, judge_fingerprint, other_rater
+        c.comparison, c.question, c.rater, c.rubric_id, c.rubric_version, c.rubric_sha256, c.judge_fingerprint,
+        c.other_rater, s.side, CASE WHEN s.side = 1 THEN c.judge_label ELSE c.other_label END AS label, c.n,
+        CASE WHEN s.side = 1 AND c.judge_label = c.other_label THEN c.n ELSE 0 END AS agreed
+    FROM judge_confusion AS c
+    CROSS JOIN (VALUES (1), (2)) AS s (side)
 ),
 
-judge_margin AS (
-    SELECT comparison, question, rater, other_rater, judge_label AS label, sum(n) AS n
-    FROM judge_confusion
-    GROUP BY comparison, question, rater, other_rater, judge_label
-),
-
-other_margin AS (
-    SELECT comparison, question, rater, other_rater, other_label AS label, sum(n) AS n
-    FROM judge_confusion
-    GROUP BY comparison, question, rater, other_rater, other_label
-),
-
-chance AS (
-    SELECT j.comparison, j.question, j.rater, j.other_rater, sum(CAST(j.n AS DOUBLE) * o.n) AS both_n
-    FROM judge_margin AS j
-    JOIN other_margin AS o
-        ON o.comparison = j.comparison AND o.question = j.question AND o.rater = j.rater
-        AND o.other_rater = j.other_rater AND o.label = j.label
-    GROUP BY j.comparison, j.question, j.rater, j.other_rater
+margins AS (
+    SELECT
+        comparison, question, rater, rubric_id, rubric_version, rubric_sha256, judge_fingerprint, other_rater, label,
+        sum(CASE WHEN side = 1 THEN n ELSE 0 END) AS judge_n, sum(CASE WHEN side = 2 THEN n ELSE 0 END) AS other_n,
+        sum(agreed) AS agreed
+    FROM sides
+    GROUP BY comparison, question, rater, rubric_id, rubric_version, rubric_sha256, judge_fingerprint, other_rater, label
 ),
 
 rates AS (
     SELECT
-        t.comparison, t.question, t.rater, t.rubric_id, t.rubric_version, t.rubric_sha256, t.judge_fingerprint,
-        t.other_rater, t.n, t.agreed,
-        CAST(t.agreed AS DOUBLE) / t.n AS agreement,
-        coalesce(c.both_n, 0) / (CAST(t.n AS DOUBLE) * t.n) AS expected_agreement
-    FROM totals AS t
-    LEFT JOIN chance AS c
-        ON c.comparison = t.comparison AND c.question = t.question AND c.rater = t.rater
-        AND c.other_rater = t.other_rater
+        comparison, question, rater, rubric_id, rubric_version, rubric_sha256, judge_fingerprint, other_rater,
+        sum(judge_n) AS n, sum(agreed) AS agreed,
+        CAST(sum(agreed) AS DOUBLE) / sum(judge_n) AS agreement,
+        sum(CAST(judge_n AS DOUBLE) * other_n) / (CAST(sum(judge_n) AS DOUBLE) * sum(judge_n)) AS expected_agreement
+    FROM margins
+    GROUP BY comparison, question, rater, rubric_id, rubric_version, rubric_sha256, judge_fingerprint, other_rater
 )
 
 SELECT
