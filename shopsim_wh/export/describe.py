@@ -316,6 +316,6 @@ and token estimates). A kind is one `sql/exports/<kind>.sql` whose header (`-- e
 `batch:` (`task` keeps a task's episodes in one batch; `all`: one batch, the token kinds), `batch-episodes:` (the kind's batch size), `decisions:`
 (a view listing the only decisions whose context `export_decisions` computes for the kind: `preference` needs
 its pairs' decisions only), `shape:` and `shape-<name>: view=...; trl=...; sample=...` (the kind's default shape
-and its others: the same rows in other columns, from another view of the file, `--prm-shape`)) the registry reads. `connect()` does not install this layer (its view stacks are slow to bind);
+and its others: the same rows in other columns, from another view of the file, `--prm-shape`)) the registry reads. `connect()` does not install this layer (only exports read it);
 `shopsim_wh.engines.db.install_exports(con)` adds it to a connection for queries by hand.
 """
