@@ -46,13 +46,11 @@ async def read_body(receive) -> bytes:
 # the worker that finishes its file takes the next, so the two workers end together only if the last files are
 # short. (xdist would order the files by their number of tests, sending these few-test long files out last;
 # ``--no-loadscope-reorder`` in pyproject keeps this order.) A file not listed keeps its place after these.
-# The Ray file comes second: it mostly waits (its runs pace the model at 800 ms an answer, ~27 s idle), and beside
-# the Spark file its idle core goes to Spark's JVM, which runs two jobs at a time.
-LONG_FILES = ("test_spark.py", "test_ray_executor.py", "test_tutorial.py", "test_journey_skill_loop.py", "test_journey_tools.py",
+LONG_FILES = ("test_spark.py", "test_tutorial.py", "test_journey_skill_loop.py", "test_journey_tools.py",
               "test_journey_judge.py", "test_journey_loop_ingest.py", "test_journey_reverify.py",
               "test_journey_skill_llm.py", "test_export_plan.py", "test_ingest_v4.py", "test_export_rl.py", "test_ingest_memory.py", "test_s3.py",
               "test_export_batches.py", "test_export.py", "test_gate.py", "test_end_to_end.py",
-              "test_analytics_ir.py", "test_runner.py", "test_warehouse.py", "test_cli.py",
+              "test_analytics_ir.py", "test_ray_executor.py", "test_runner.py", "test_warehouse.py", "test_cli.py",
               "test_ingest_kill.py", "test_durability_crash.py", "test_config_import.py",
               "test_analytics_taxonomy.py", "test_demo_gate.py", "test_cli_polish.py")
 
