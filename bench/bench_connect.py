@@ -1,5 +1,5 @@
 """Benchmark of opening a warehouse: ``connect()`` with the shipped views created unbound (``WITH (DEFER_BINDING)``,
-the default on DuckDB 1.5 and later) against the same views bound at ``CREATE`` (every DuckDB before 1.5, and a
+the default on DuckDB 2.0 and later) against the same views bound at ``CREATE`` (every DuckDB before 2.0, and a
 database file), in the same process; then the exports layer (``install_exports``) both ways, and the first query
 after each (where the deferred binding is paid).
 
@@ -30,11 +30,13 @@ from shopsim_wh.store.warehouse import Warehouse  # noqa: E402
 FIRST_QUERY = "SELECT count(*) FROM run_metrics"
 
 
-def cpu(fn, repeat: int) -> tuple[float, float]:
+def cpu(step, repeat: int, setup=lambda: None) -> tuple[float, float]:
+    """Best and median CPU seconds of ``step(setup())`` over ``repeat`` runs (``setup`` itself not timed)."""
     times = []
     for _ in range(repeat):
+        arg = setup()
         t0 = time.process_time()
-        fn()
+        step(arg)
         times.append(time.process_time() - t0)
     return min(times), statistics.median(times)
 
@@ -43,35 +45,10 @@ def measure(root: Path, repeat: int, defer: bool) -> dict[str, tuple[float, floa
     real = db.defers_binding  # _execute_all asks the module's function: bound at CREATE when it says False
     db.defers_binding = real if defer else (lambda: False)
     try:
-        state = {}
-
-        def open_():
-            state["con"] = db.connect(root)
-
-        def exports():
-            con = db.connect(root)
-            t0 = time.process_time()
-            db.install_exports(con)
-            state["exports"] = time.process_time() - t0
-
-        def first():
-            con = db.connect(root)
-            t0 = time.process_time()
-            con.execute(FIRST_QUERY).fetchall()
-            state["first"] = time.process_time() - t0
-
-        out = {"connect": cpu(open_, repeat)}
-        samples = []
-        for _ in range(repeat):
-            exports()
-            samples.append(state["exports"])
-        out["install_exports"] = (min(samples), statistics.median(samples))
-        samples = []
-        for _ in range(repeat):
-            first()
-            samples.append(state["first"])
-        out["first query"] = (min(samples), statistics.median(samples))
-        return out
+        fresh = lambda: db.connect(root)  # noqa: E731
+        return {"connect": cpu(lambda _: db.connect(root), repeat),
+                "install_exports": cpu(db.install_exports, repeat, fresh),
+                "first query": cpu(lambda con: con.execute(FIRST_QUERY).fetchall(), repeat, fresh)}
     finally:
         db.defers_binding = real
 
@@ -86,7 +63,7 @@ def main() -> None:
         print(f"generating {args.episodes:,} episodes under {root} ...", flush=True)
         synth.generate(root, args.episodes)
     if not db.defers_binding():
-        sys.exit("this DuckDB has no CREATE VIEW ... WITH (DEFER_BINDING) (1.5 and later): nothing to compare")
+        sys.exit("this DuckDB has no CREATE VIEW ... WITH (DEFER_BINDING) (2.0 and later): nothing to compare")
     print(f"load average {os.getloadavg()[0]:.1f}; {args.episodes:,} episodes; CPU ms, best / median of {args.repeat}")
     bound = measure(root, args.repeat, defer=False)
     unbound = measure(root, args.repeat, defer=True)

@@ -34,8 +34,9 @@ files = db.sql_files()
 assert len(files) >= 8, files
 con = db.connect(tempfile.mkdtemp())
 db.install_exports(con)  # the exports layer is installed on demand
-names = [n for n, _ in db.view_names(con)]
-for name, kind in db.view_names(con):  # views are created unbound (DuckDB 1.5+): reading each one binds it
+views = db.view_names(con)
+names = [n for n, _ in views]
+for name, kind in views:  # views are created unbound (DuckDB 2.0+): reading each one binds it
     if kind == "VIEW":
         con.execute(f"SELECT * FROM {{db.ident(name)}} LIMIT 0")
 for required in ("episodes", "steps", "actions", "observations", "messages", "agents", "runs"):

@@ -12,10 +12,10 @@
   (``shopsim_wh.export`` calls it). A file may depend on views of earlier layers and, within its layer, on others
   (resolved by retrying).
 
-On a DuckDB that has ``CREATE VIEW ... WITH (DEFER_BINDING)`` (1.5 and later) an in-memory connection creates
-the views unbound: DuckDB binds a view's query each time a query reads it anyway, so binding every view of the
-deep stacks at ``CREATE`` (0.2 s of CPU per connection, ~4 s for the exports layer) bought nothing but an early
-error. A database file (``connect(database=...)``, the BI catalog) keeps bound views: older DuckDBs and BI tools
+On a DuckDB that has ``CREATE VIEW ... WITH (DEFER_BINDING)`` (2.0 and later; 1.5.x answers "Not implemented")
+an in-memory connection creates the views unbound: DuckDB binds a view's query each time a query reads it anyway,
+so binding every view of the deep stacks at ``CREATE`` (~0.15 s of CPU per connection, ~0.7 s for the exports
+layer: bench/bench_connect.py) bought nothing but an early error. A database file (``connect(database=...)``, the BI catalog) keeps bound views: older DuckDBs and BI tools
 read their column lists from the file. A broken view therefore fails when it is read; the tests read every one.
 
 User values never reach SQL text: callers pass them as parameters. The only text this module
@@ -149,7 +149,7 @@ def install_views(con: duckdb.DuckDBPyConnection, wh: Warehouse, snap: Snapshot 
     holding its rows instead (a table, not a view over one: each view layer costs planning time on every
     query); 0 keeps every table on Parquet. ``reads`` (the words of the SQL the connection will run, e.g. an
     export's): the base and ir layers as always, of the analytics layer only the files that SQL reaches (where
-    creating a view binds it, before DuckDB 1.5 or in a database file, the analytics layer is half of the ~0.25 s
+    creating a view binds it, before DuckDB 2.0 or in a database file, the analytics layer is half of the ~0.25 s
     a connection spends on views).
     """
     snap = snap or wh.snapshot()
